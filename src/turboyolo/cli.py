@@ -1,0 +1,86 @@
+"""The ``turboyolo`` console script: one parser, one subcommand per module in ``commands/``.
+
+Flag convention for every command: hyphenated long flags, each also accepted in its underscore
+spelling (``--conf-thres`` = ``--conf_thres``), so PyTorch-YOLOv3 users' command lines work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from turboyolo import __version__
+from turboyolo.errors import TurboYoloError
+
+# (subcommand, module under turboyolo.commands, one-line help). Modules are imported lazily so that
+# `turboyolo -h` does not pay for importing torch.
+COMMANDS: list[tuple[str, str, str]] = [
+    ("detect", "detect", "run a model on images and save drawings, YOLO labels and COCO json"),
+    ("fetch", "fetch", "download a pinned asset (weights, sample data) into the cache"),
+    ("cfg", "cfg", "write a Darknet .cfg for yolov3 / yolov3-tiny / yolov3-spp with N classes"),
+    ("convert", "convert", "import Pascal VOC XML or COCO JSON labels into YOLO format"),
+    ("prepare", "prepare", "build the decode-once cache of pre-resized images"),
+    ("bench", "bench", "measure the data pipeline (images/s, per core, hand-off)"),
+    ("train", "train", "train a model from a Darknet .cfg on a data set"),
+    ("test", "test", "evaluate weights or a checkpoint on a data split (mAP@0.5, mAP@0.5:0.95)"),
+    ("demo", "demo", "the main job on real sample data (what `make demo` runs)"),
+]
+
+
+class FlagParser(argparse.ArgumentParser):
+    """ArgumentParser that also accepts the underscore spelling of every hyphenated long flag."""
+
+    def add_argument(self, *names, **kwargs):  # type: ignore[override]
+        extra = []
+        for name in names:
+            if name.startswith("--") and "-" in name[2:]:
+                alias = "--" + name[2:].replace("-", "_")
+                if alias not in names:
+                    extra.append(alias)
+        return super().add_argument(*names, *extra, **kwargs)
+
+
+def add_model_flags(parser: argparse.ArgumentParser, weights_required: bool = False) -> None:
+    """``--cfg`` (alias ``--model``, ``-m``) and ``--weights`` (alias ``--pretrained-weights``)."""
+    parser.add_argument("-m", "--cfg", "--model", dest="cfg", help="Darknet .cfg of the network")
+    parser.add_argument(
+        "-w", "--weights", "--pretrained-weights", dest="weights", required=weights_required,
+        help="Darknet .weights or a turboyolo checkpoint (.pt)",
+    )
+
+
+def add_run_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """``--project`` / ``--name``: outputs go to ``<project>/<name>``, never overwriting."""
+    parser.add_argument("--project", default=f"runs/{command}", help="parent folder of run directories")
+    parser.add_argument("--name", default="exp", help="run directory name (exp, exp2, ... when taken)")
+    parser.add_argument("--exist-ok", action="store_true", help="reuse <project>/<name> if it exists")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = FlagParser(prog="turboyolo", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"turboyolo {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=FlagParser)
+    for name, module_name, help_text in COMMANDS:
+        module = importlib.import_module(f"turboyolo.commands.{module_name}")
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        result = args.run(args)
+    except TurboYoloError as err:
+        print(f"turboyolo {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"turboyolo {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
