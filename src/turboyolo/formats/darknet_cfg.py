@@ -1,0 +1,480 @@
+"""Darknet ``.cfg`` <-> typed, frozen specs.
+
+A ``.cfg`` is a list of ``[section]`` blocks of ``key=value`` lines. ``[net]`` becomes a :class:`NetSpec`;
+every other block becomes one layer spec. Strings become numbers here and nowhere else; every error
+names ``file:line``. Keys that would change the network's numbers but are not implemented (for example
+``scale_x_y`` or route ``groups``) are errors; other unknown keys are kept in ``extra`` and warned once.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Union
+
+from turboyolo.errors import ConfigError
+
+ACTIVATIONS = ("leaky", "linear", "mish", "logistic", "swish", "relu")
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """``[net]``: input size, batch schedule, optimiser and augmentation ranges (Darknet defaults)."""
+
+    batch: int = 1
+    subdivisions: int = 1
+    width: int = 416
+    height: int = 416
+    channels: int = 3
+    momentum: float = 0.9
+    decay: float = 0.0001
+    angle: float = 0.0
+    saturation: float = 1.0
+    exposure: float = 1.0
+    hue: float = 0.0
+    learning_rate: float = 0.001
+    burn_in: int = 0
+    power: float = 4.0
+    max_batches: int = 0
+    policy: str = "constant"
+    steps: tuple[int, ...] = ()
+    scales: tuple[float, ...] = ()
+    optimizer: str = "sgd"  # "sgd" | "adam"; Darknet's adam=1 and PyTorch-YOLOv3's optimizer= both map here
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-7
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    filters: int
+    size: int
+    stride: int = 1
+    padding: int = 0
+    batch_normalize: bool = False
+    activation: str = "logistic"
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class MaxPoolSpec:
+    """Darknet max-pool: out = (in + padding - size) // stride + 1, window offset -padding // 2.
+
+    Out-of-bounds positions are ignored (never zeros), which matters for size=2 stride=1.
+    """
+
+    size: int
+    stride: int
+    padding: int
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class UpsampleSpec:
+    stride: int = 2
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """Concatenate earlier outputs on channels; ``layers`` as written (negative = relative)."""
+
+    layers: tuple[int, ...]
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class ShortcutSpec:
+    """Add an earlier output (``from_`` as written; negative = relative) to the previous one."""
+
+    from_: int
+    activation: str = "linear"
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class YoloSpec:
+    mask: tuple[int, ...]
+    anchors: tuple[tuple[float, float], ...]
+    classes: int
+    num: int
+    jitter: float = 0.2
+    ignore_thresh: float = 0.5
+    truth_thresh: float = 1.0
+    random: bool = False
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+LayerSpec = Union[ConvSpec, MaxPoolSpec, UpsampleSpec, RouteSpec, ShortcutSpec, YoloSpec]
+
+SECTION_OF = {
+    ConvSpec: "convolutional",
+    MaxPoolSpec: "maxpool",
+    UpsampleSpec: "upsample",
+    RouteSpec: "route",
+    ShortcutSpec: "shortcut",
+    YoloSpec: "yolo",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    net: NetSpec
+    layers: tuple[LayerSpec, ...]
+    source: str = field(default="<memory>", compare=False)
+
+    @property
+    def yolo_layers(self) -> list[tuple[int, YoloSpec]]:
+        return [(i, layer) for i, layer in enumerate(self.layers) if isinstance(layer, YoloSpec)]
+
+    @property
+    def num_classes(self) -> int:
+        yolos = self.yolo_layers
+        return yolos[0][1].classes if yolos else 0
+
+    def with_net(self, **changes: Any) -> ModelSpec:
+        return replace(self, net=replace(self.net, **changes))
+
+
+# Keys that change the network's numbers and that this implementation does not compute: errors.
+UNSUPPORTED_KEYS = {
+    "convolutional": {"groups", "binary", "xnor", "dilation", "antialiasing", "share_index", "flipped"},
+    "route": {"groups", "group_id"},
+    "shortcut": {"weights_type", "weights_normalization"},
+    "maxpool": {"maxpool_depth", "antialiasing"},
+    "yolo": {"scale_x_y", "new_coords"},
+    "upsample": {"scale"},
+    "net": set(),
+}
+UNSUPPORTED_SECTIONS_HINT = "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"
+
+
+class _Section:
+    """One ``[name]`` block while parsing: values are consumed as they are read."""
+
+    def __init__(self, name: str, line: int, path: str):
+        self.name, self.line, self.path = name, line, path
+        self.values: dict[str, tuple[str, int]] = {}
+
+    def where(self, key: str | None = None) -> str:
+        line = self.values[key][1] if key in self.values else self.line
+        return f"{self.path}:{line}"
+
+    def take(self, key: str, convert: Callable[[str], Any], default: Any = None, required: bool = False):
+        if key not in self.values:
+            if required:
+                raise ConfigError(f"{self.where()}: [{self.name}] needs `{key}=`; add it")
+            return default
+        raw, _ = self.values.pop(key)
+        try:
+            return convert(raw)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{self.where(key)}: `{key}={raw}` is not a valid value ({err})") from err
+
+    def leftovers(self, warned: set[str]) -> tuple[tuple[str, str], ...]:
+        for key in self.values:
+            if key in UNSUPPORTED_KEYS.get(self.name, ()):
+                raise ConfigError(
+                    f"{self.where(key)}: `{key}` in [{self.name}] changes the network's outputs and is not "
+                    "implemented by turboyolo; remove it or use a cfg without it"
+                )
+        extra = tuple((k, raw) for k, (raw, _) in self.values.items())
+        for key, _ in extra:
+            tag = f"{self.name}.{key}"
+            if tag not in warned:
+                warned.add(tag)
+                warnings.warn(f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored",
+                              stacklevel=4)
+        return extra
+
+
+def _int(text: str) -> int:
+    value = float(text)
+    if value != int(value):
+        raise ValueError("expected an integer")
+    return int(value)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(_int(part) for part in text.split(",") if part.strip())
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(",") if part.strip())
+
+
+def _bool(text: str) -> bool:
+    return _int(text) != 0
+
+
+def _activation(text: str) -> str:
+    text = text.strip()
+    if text not in ACTIVATIONS:
+        raise ValueError(f"unsupported activation; use one of {', '.join(ACTIVATIONS)}")
+    return text
+
+
+def _read_sections(text: str, path: str) -> list[_Section]:
+    sections: list[_Section] = []
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        line = raw_line.split("#", 1)[0].split(";", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("["):
+            if not line.endswith("]") or len(line) < 3:
+                raise ConfigError(f"{path}:{number}: malformed section header {raw_line.strip()!r}")
+            sections.append(_Section(line[1:-1].strip().lower(), number, path))
+            continue
+        if "=" not in line:
+            raise ConfigError(f"{path}:{number}: expected `key=value`, got {raw_line.strip()!r}")
+        if not sections:
+            raise ConfigError(f"{path}:{number}: `{line}` before the first [section]")
+        key, value = (part.strip() for part in line.split("=", 1))
+        if not key or not value:
+            raise ConfigError(f"{path}:{number}: empty key or value in {raw_line.strip()!r}")
+        if key in sections[-1].values:
+            raise ConfigError(f"{path}:{number}: `{key}` given twice in [{sections[-1].name}]")
+        sections[-1].values[key] = (value, number)
+    return sections
+
+
+def _net(sec: _Section, warned: set[str]) -> NetSpec:
+    kw: dict[str, Any] = {}
+    for f in fields(NetSpec):
+        if f.name in ("extra", "line", "optimizer", "steps", "scales", "policy", "b1", "b2", "eps"):
+            continue
+        convert = int if f.type == "int" else float
+        value = sec.take(f.name, _int if convert is int else float)
+        if value is not None:
+            kw[f.name] = value
+    kw["policy"] = sec.take("policy", str.strip, "constant")
+    kw["steps"] = sec.take("steps", _ints, ())
+    kw["scales"] = sec.take("scales", _floats, ())
+    adam = sec.take("adam", _bool, False)
+    optimizer = sec.take("optimizer", lambda s: s.strip().lower(), "adam" if adam else "sgd")
+    if optimizer not in ("sgd", "adam"):
+        raise ConfigError(f"{sec.where()}: optimizer={optimizer} is not supported; use sgd or adam")
+    kw["optimizer"] = optimizer
+    kw["b1"] = sec.take("B1", float, 0.9)
+    kw["b2"] = sec.take("B2", float, 0.999)
+    kw["eps"] = sec.take("eps", float, 1e-7)
+    if kw["policy"] == "steps" and len(kw["steps"]) != len(kw["scales"]):
+        raise ConfigError(f"{sec.where('steps')}: {len(kw['steps'])} steps but {len(kw['scales'])} scales")
+    if kw.get("subdivisions", 1) < 1 or kw.get("batch", 1) < 1:
+        raise ConfigError(f"{sec.where()}: batch and subdivisions must be >= 1")
+    return NetSpec(**kw, extra=sec.leftovers(warned), line=sec.line)
+
+
+def _conv(sec: _Section, warned: set[str]) -> ConvSpec:
+    size = sec.take("size", _int, 1)
+    pad_flag = sec.take("pad", _bool, False)
+    padding = sec.take("padding", _int, 0)
+    groups = sec.values.get("groups")
+    if groups is not None and _int(groups[0]) == 1:
+        sec.values.pop("groups")
+    return ConvSpec(
+        filters=sec.take("filters", _int, required=True),
+        size=size,
+        stride=sec.take("stride", _int, 1),
+        padding=size // 2 if pad_flag else padding,
+        batch_normalize=sec.take("batch_normalize", _bool, False),
+        activation=sec.take("activation", _activation, "logistic"),
+        extra=sec.leftovers(warned),
+        line=sec.line,
+    )
+
+
+def _maxpool(sec: _Section, warned: set[str]) -> MaxPoolSpec:
+    stride = sec.take("stride", _int, 1)
+    size = sec.take("size", _int, stride)
+    padding = sec.take("padding", _int, size - 1)
+    return MaxPoolSpec(size=size, stride=stride, padding=padding, extra=sec.leftovers(warned), line=sec.line)
+
+
+def _yolo(sec: _Section, warned: set[str]) -> YoloSpec:
+    flat = sec.take("anchors", _floats, ())
+    if len(flat) % 2:
+        raise ConfigError(f"{sec.where('anchors')}: anchors need an even count of numbers (w,h pairs)")
+    anchors = tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+    num = sec.take("num", _int, len(anchors))
+    mask = sec.take("mask", _ints, tuple(range(num)))
+    if num != len(anchors):
+        raise ConfigError(f"{sec.where('num')}: num={num} but {len(anchors)} anchor pairs are given")
+    if any(m < 0 or m >= num for m in mask):
+        raise ConfigError(f"{sec.where('mask')}: mask indices must lie in 0..{num - 1}")
+    return YoloSpec(
+        mask=mask,
+        anchors=anchors,
+        classes=sec.take("classes", _int, 20),
+        num=num,
+        jitter=sec.take("jitter", float, 0.2),
+        ignore_thresh=sec.take("ignore_thresh", float, 0.5),
+        truth_thresh=sec.take("truth_thresh", float, 1.0),
+        random=sec.take("random", _bool, False),
+        extra=sec.leftovers(warned),
+        line=sec.line,
+    )
+
+
+def _shortcut(sec: _Section, warned: set[str]) -> ShortcutSpec:
+    for key in ("alpha", "beta"):
+        if key in sec.values and float(sec.values[key][0]) != 1.0:
+            raise ConfigError(f"{sec.where(key)}: shortcut {key} != 1 is not implemented; remove it")
+        sec.values.pop(key, None)
+    return ShortcutSpec(
+        from_=sec.take("from", _int, required=True),
+        activation=sec.take("activation", _activation, "linear"),
+        extra=sec.leftovers(warned),
+        line=sec.line,
+    )
+
+
+def _build_layer(sec: _Section, warned: set[str]) -> LayerSpec:
+    if sec.name in ("convolutional", "conv"):
+        sec.name = "convolutional"
+        return _conv(sec, warned)
+    if sec.name in ("maxpool", "max"):
+        sec.name = "maxpool"
+        return _maxpool(sec, warned)
+    if sec.name == "upsample":
+        return UpsampleSpec(stride=sec.take("stride", _int, 2), extra=sec.leftovers(warned), line=sec.line)
+    if sec.name == "route":
+        return RouteSpec(layers=sec.take("layers", _ints, required=True), extra=sec.leftovers(warned),
+                         line=sec.line)
+    if sec.name == "shortcut":
+        return _shortcut(sec, warned)
+    if sec.name == "yolo":
+        return _yolo(sec, warned)
+    raise ConfigError(f"{sec.where()}: section [{sec.name}] is not supported ({UNSUPPORTED_SECTIONS_HINT})")
+
+
+def parse_cfg_text(text: str, path: str = "<string>") -> ModelSpec:
+    sections = _read_sections(text, path)
+    if not sections or sections[0].name not in ("net", "network"):
+        raise ConfigError(f"{path}: a Darknet cfg starts with a [net] section; this one does not")
+    warned: set[str] = set()
+    net = _net(sections[0], warned)
+    layers = tuple(_build_layer(sec, warned) for sec in sections[1:])
+    spec = ModelSpec(net=net, layers=layers, source=path)
+    validate(spec)
+    return spec
+
+
+def parse_cfg(path: str | Path) -> ModelSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path}: no such cfg file; give a Darknet .cfg or write one with `turboyolo cfg`") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read as a text .cfg ({err})") from err
+    return parse_cfg_text(text, str(path))
+
+
+def resolve_index(ref: int, index: int) -> int:
+    """Darknet layer references: negative = relative to ``index``, otherwise absolute."""
+    return index + ref if ref < 0 else ref
+
+
+def validate(spec: ModelSpec) -> None:
+    """Structural checks that need the whole network: references, head filter counts, class counts."""
+    where = spec.source
+    classes = {layer.classes for _, layer in spec.yolo_layers}
+    if len(classes) > 1:
+        raise ConfigError(f"{where}: [yolo] layers disagree on classes ({sorted(classes)}); use one count")
+    for index, layer in enumerate(spec.layers):
+        refs = layer.layers if isinstance(layer, RouteSpec) else (layer.from_,) if isinstance(layer, ShortcutSpec) else ()
+        for ref in refs:
+            target = resolve_index(ref, index)
+            if not 0 <= target < index:
+                raise ConfigError(f"{where}:{layer.line}: layer {index} refers to layer {target}, which is "
+                                  f"not an earlier layer")
+        if isinstance(layer, YoloSpec):
+            prev = spec.layers[index - 1] if index else None
+            want = len(layer.mask) * (layer.classes + 5)
+            if not isinstance(prev, ConvSpec) or prev.filters != want:
+                got = prev.filters if isinstance(prev, ConvSpec) else "no convolution"
+                raise ConfigError(
+                    f"{where}:{prev.line if prev else layer.line}: the convolution before [yolo] "
+                    f"(line {layer.line}) must have filters={want} = {len(layer.mask)} anchors x "
+                    f"({layer.classes} classes + 5), found {got}; fix filters= or classes="
+                )
+
+
+# ----------------------------------------------------------------------------------------------- writing
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return str(int(value)) if value == int(value) else repr(value)
+    if isinstance(value, tuple):
+        return ",".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def _net_lines(net: NetSpec) -> list[str]:
+    lines = ["[net]"]
+    for f in fields(NetSpec):
+        if f.name in ("extra", "line", "optimizer", "b1", "b2", "eps"):
+            continue
+        lines.append(f"{f.name}={_fmt(getattr(net, f.name))}")
+    if net.optimizer == "adam":
+        lines += ["adam=1", f"B1={_fmt(net.b1)}", f"B2={_fmt(net.b2)}", f"eps={_fmt(net.eps)}"]
+    return lines
+
+
+def _layer_lines(layer: LayerSpec) -> list[str]:
+    lines = [f"[{SECTION_OF[type(layer)]}]"]
+    if isinstance(layer, ConvSpec):
+        if layer.batch_normalize:
+            lines.append("batch_normalize=1")
+        lines += [f"filters={layer.filters}", f"size={layer.size}", f"stride={layer.stride}"]
+        if layer.padding == layer.size // 2 and layer.size > 1:
+            lines.append("pad=1")
+        else:
+            lines.append(f"padding={layer.padding}")
+        lines.append(f"activation={layer.activation}")
+    elif isinstance(layer, MaxPoolSpec):
+        lines += [f"size={layer.size}", f"stride={layer.stride}"]
+        if layer.padding != layer.size - 1:
+            lines.append(f"padding={layer.padding}")
+    elif isinstance(layer, UpsampleSpec):
+        lines.append(f"stride={layer.stride}")
+    elif isinstance(layer, RouteSpec):
+        lines.append("layers=" + ", ".join(str(v) for v in layer.layers))
+    elif isinstance(layer, ShortcutSpec):
+        lines += [f"from={layer.from_}", f"activation={layer.activation}"]
+    elif isinstance(layer, YoloSpec):
+        anchors = ",  ".join(f"{_fmt(w)},{_fmt(h)}" for w, h in layer.anchors)
+        lines += [
+            f"mask = {_fmt(layer.mask)}", f"anchors = {anchors}", f"classes={layer.classes}",
+            f"num={layer.num}", f"jitter={_fmt(layer.jitter)}", f"ignore_thresh = {_fmt(layer.ignore_thresh)}",
+            f"truth_thresh = {_fmt(layer.truth_thresh)}", f"random={int(layer.random)}",
+        ]
+    return lines
+
+
+def format_cfg(spec: ModelSpec) -> str:
+    blocks = [_net_lines(spec.net) + [f"{k}={v}" for k, v in spec.net.extra]]
+    for layer in spec.layers:
+        blocks.append(_layer_lines(layer) + [f"{k}={v}" for k, v in layer.extra])
+    return "\n\n".join("\n".join(block) for block in blocks) + "\n"
+
+
+def write_cfg(spec: ModelSpec, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(format_cfg(spec))
+    return path

@@ -1,0 +1,116 @@
+"""Weights into a :class:`Darknet`: Darknet ``.weights`` or a turboyolo checkpoint, full or by shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from turboyolo.errors import WeightsError
+from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg
+from turboyolo.formats.darknet_weights import WeightsHeader, cutoff_from_name, read_weights, write_weights
+from turboyolo.model.darknet import Darknet
+
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in CHECKPOINT_SUFFIXES
+
+
+def load_darknet_weights(model: Darknet, path: str | Path, cutoff: int | None = None) -> WeightsHeader:
+    """Load a ``.weights`` file; a ``.conv.N`` name (or ``cutoff``) loads only the first N layers."""
+    header, flat = read_weights(path)
+    cutoff = cutoff if cutoff is not None else cutoff_from_name(path)
+    model.load_flat_weights(flat, cutoff=cutoff, source=str(path))
+    return header
+
+
+def save_darknet_weights(model: Darknet, path: str | Path, seen: int = 0, cutoff: int | None = None) -> Path:
+    return write_weights(path, WeightsHeader(0, 2, 0, seen), model.flat_weights(cutoff))
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """A turboyolo checkpoint, always with ``weights_only=True`` (no code runs from the file)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as err:
+        raise WeightsError(f"{path}: no such checkpoint") from err
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a bad file
+        raise WeightsError(f"{path}: not a loadable turboyolo checkpoint ({err})") from err
+    if not isinstance(state, dict):
+        raise WeightsError(f"{path}: expected a checkpoint dict, found {type(state).__name__}")
+    return state
+
+
+def checkpoint_model_state(state: dict, prefer_ema: bool = True) -> dict[str, torch.Tensor]:
+    for key in (("ema", "model") if prefer_ema else ("model",)):
+        if isinstance(state.get(key), dict):
+            return state[key]
+    if state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        return state  # a bare state_dict
+    raise WeightsError("checkpoint holds no model state ('model' or 'ema')")
+
+
+def load_matching(model: Darknet, weights: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    """Copy every tensor whose name and shape match; return (loaded, skipped) names."""
+    own = model.state_dict()
+    loaded, skipped = [], []
+    for name, tensor in own.items():
+        other = weights.get(name)
+        if other is not None and other.shape == tensor.shape:
+            tensor.copy_(other.to(tensor.dtype))
+            loaded.append(name)
+        else:
+            skipped.append(name)
+    return loaded, skipped
+
+
+def transfer_darknet_weights(model: Darknet, path: str | Path) -> tuple[WeightsHeader, list[int]]:
+    """Load a ``.weights`` file written for another class count: every convolution whose shapes
+    match is loaded, the rest (the heads) keep their initialisation. Returns the skipped layer indices.
+
+    Darknet files do not say which cfg they came from, so the source network is rebuilt from this
+    cfg with the class count inferred from the file size.
+    """
+    header, flat = read_weights(path)
+    source_model = _model_for_size(model.spec, flat.size, path)
+    source_model.load_flat_weights(flat, source=str(path))
+    source_state = source_model.state_dict()
+    loaded, skipped = load_matching(model, source_state)
+    skipped_layers = sorted({int(name.split(".")[1]) for name in skipped if name.startswith("layers.")})
+    return header, skipped_layers
+
+
+def _model_for_size(spec: ModelSpec, floats: int, path) -> Darknet:
+    from turboyolo.model.zoo import with_num_classes
+
+    own = Darknet(spec)
+    if own.flat_weights().size == floats:
+        return own
+    for classes in range(1, 1001):
+        candidate = Darknet(with_num_classes(spec, classes))
+        if sum(t.numel() for _, ts in candidate.darknet_tensors() for t in ts) == floats:
+            return candidate
+    raise WeightsError(f"{path}: {floats} floats fit this cfg's layers for no class count in 1..1000; "
+                       "the weights come from another architecture")
+
+
+def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) -> Darknet:
+    """The network of ``cfg`` with ``weights`` (Darknet or checkpoint) loaded strictly."""
+    spec = cfg if isinstance(cfg, ModelSpec) else parse_cfg(cfg)
+    model = Darknet(spec)
+    if weights is None:
+        return model
+    if not Path(weights).exists():
+        raise WeightsError(f"{weights}: no such weights file; `turboyolo fetch yolov3-tiny` gets the "
+                           "official tiny weights")
+    if is_checkpoint(weights):
+        state = checkpoint_model_state(read_checkpoint(weights))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise WeightsError(f"{weights}: does not match the cfg ({len(missing)} missing, {len(unexpected)} "
+                               f"unexpected tensors, e.g. {(missing or unexpected)[0]})")
+    else:
+        load_darknet_weights(model, weights)
+    return model

@@ -1,0 +1,136 @@
+"""YOLOv3 family cfgs generated from the architecture (what create_custom_model.sh did by copying).
+
+``make_spec("yolov3", num_classes=N)`` returns the :class:`ModelSpec` of Darknet's canonical network
+with N classes; :func:`turboyolo.formats.darknet_cfg.write_cfg` turns it into a ``.cfg``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from turboyolo.errors import ConfigError
+from turboyolo.formats.darknet_cfg import (
+    ConvSpec,
+    LayerSpec,
+    MaxPoolSpec,
+    ModelSpec,
+    NetSpec,
+    RouteSpec,
+    ShortcutSpec,
+    UpsampleSpec,
+    YoloSpec,
+)
+
+COCO_ANCHORS = ((10, 13), (16, 30), (33, 23), (30, 61), (62, 45), (59, 119), (116, 90), (156, 198), (373, 326))
+TINY_ANCHORS = ((10, 14), (23, 27), (37, 58), (81, 82), (135, 169), (344, 319))
+ARCHITECTURES = ("yolov3", "yolov3-tiny", "yolov3-spp")
+
+
+def _conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
+    return ConvSpec(filters=filters, size=size, stride=stride, padding=size // 2,
+                    batch_normalize=activation != "linear", activation=activation)
+
+
+def _head_conv(num_anchors: int, num_classes: int) -> ConvSpec:
+    return _conv(num_anchors * (num_classes + 5), 1, activation="linear")
+
+
+def _yolo(mask, anchors, num_classes: int, tiny: bool) -> YoloSpec:
+    return YoloSpec(mask=tuple(mask), anchors=tuple((float(w), float(h)) for w, h in anchors),
+                    classes=num_classes, num=len(anchors), jitter=0.3, ignore_thresh=0.7, truth_thresh=1.0,
+                    random=True)
+
+
+def _darknet53() -> list[LayerSpec]:
+    layers: list[LayerSpec] = [_conv(32, 3)]
+    for filters, repeats in ((64, 1), (128, 2), (256, 8), (512, 8), (1024, 4)):
+        layers.append(_conv(filters, 3, stride=2))
+        for _ in range(repeats):
+            layers += [_conv(filters // 2, 1), _conv(filters, 3), ShortcutSpec(from_=-3, activation="linear")]
+    return layers
+
+
+def _spp() -> list[LayerSpec]:
+    pool = [MaxPoolSpec(size=s, stride=1, padding=s - 1) for s in (5, 9, 13)]
+    return [pool[0], RouteSpec((-2,)), pool[1], RouteSpec((-4,)), pool[2], RouteSpec((-1, -3, -5, -6)),
+            _conv(512, 1)]
+
+
+def _yolov3_layers(num_classes: int, spp: bool, anchors) -> list[LayerSpec]:
+    layers = _darknet53()  # 75 layers; outputs 36 (stride 8) and 61 (stride 16) feed the necks
+    first = [_conv(512, 1), _conv(1024, 3), _conv(512, 1)]
+    if spp:
+        first += _spp()
+    first += [_conv(1024, 3), _conv(512, 1), _conv(1024, 3)]
+    layers += first + [_head_conv(3, num_classes), _yolo((6, 7, 8), anchors, num_classes, False)]
+    for filters, skip in ((256, 61), (128, 36)):
+        layers += [RouteSpec((-4,)), _conv(filters, 1), UpsampleSpec(2), RouteSpec((-1, skip))]
+        layers += [_conv(filters, 1), _conv(filters * 2, 3)] * 3
+        mask = (3, 4, 5) if filters == 256 else (0, 1, 2)
+        layers += [_head_conv(3, num_classes), _yolo(mask, anchors, num_classes, False)]
+    return layers
+
+
+def _tiny_layers(num_classes: int, anchors) -> list[LayerSpec]:
+    layers: list[LayerSpec] = []
+    for filters in (16, 32, 64, 128, 256):
+        layers += [_conv(filters, 3), MaxPoolSpec(size=2, stride=2, padding=1)]
+    layers += [_conv(512, 3), MaxPoolSpec(size=2, stride=1, padding=1), _conv(1024, 3)]
+    layers += [_conv(256, 1), _conv(512, 3), _head_conv(3, num_classes), _yolo((3, 4, 5), anchors, num_classes, True)]
+    layers += [RouteSpec((-4,)), _conv(128, 1), UpsampleSpec(2), RouteSpec((-1, 8)), _conv(256, 3)]
+    layers += [_head_conv(3, num_classes), _yolo((0, 1, 2), anchors, num_classes, True)]
+    return layers
+
+
+def make_spec(
+    architecture: str,
+    num_classes: int = 80,
+    width: int = 416,
+    height: int = 416,
+    batch: int = 64,
+    subdivisions: int = 16,
+    learning_rate: float = 0.001,
+    anchors: tuple[tuple[float, float], ...] | None = None,
+) -> ModelSpec:
+    """The canonical Darknet network ``architecture`` for ``num_classes`` classes."""
+    if architecture not in ARCHITECTURES:
+        raise ConfigError(f"unknown architecture {architecture!r}; choose one of {', '.join(ARCHITECTURES)}")
+    if num_classes < 1:
+        raise ConfigError(f"--num-classes must be >= 1, got {num_classes}")
+    if width % 32 or height % 32:
+        raise ConfigError(f"--width/--height must be multiples of 32, got {width}x{height}")
+    tiny = architecture == "yolov3-tiny"
+    default_anchors = TINY_ANCHORS if tiny else COCO_ANCHORS
+    anchors = tuple(anchors) if anchors else default_anchors
+    if len(anchors) != len(default_anchors):
+        raise ConfigError(f"{architecture} needs {len(default_anchors)} anchors, got {len(anchors)}")
+    layers = _tiny_layers(num_classes, anchors) if tiny else _yolov3_layers(
+        num_classes, architecture == "yolov3-spp", anchors)
+    net = NetSpec(batch=batch, subdivisions=subdivisions, width=width, height=height, channels=3,
+                  momentum=0.9, decay=0.0005, angle=0.0, saturation=1.5, exposure=1.5, hue=0.1,
+                  learning_rate=learning_rate, burn_in=1000, power=4.0, max_batches=500200, policy="steps",
+                  steps=(400000, 450000), scales=(0.1, 0.1))
+    return ModelSpec(net=net, layers=tuple(layers), source=f"<{architecture}>")
+
+
+def with_num_classes(spec: ModelSpec, num_classes: int) -> ModelSpec:
+    """The same network with every head resized to ``num_classes`` classes."""
+    layers = list(spec.layers)
+    for index, layer in enumerate(layers):
+        if isinstance(layer, YoloSpec):
+            layers[index] = replace(layer, classes=num_classes)
+            head = layers[index - 1]
+            if isinstance(head, ConvSpec):
+                layers[index - 1] = replace(head, filters=len(layer.mask) * (num_classes + 5))
+    return replace(spec, layers=tuple(layers))
+
+
+def with_anchors(spec: ModelSpec, anchors: tuple[tuple[float, float], ...]) -> ModelSpec:
+    """The same network with every [yolo] layer's anchor list replaced (masks kept)."""
+    layers = list(spec.layers)
+    for index, layer in enumerate(layers):
+        if isinstance(layer, YoloSpec):
+            if len(anchors) != layer.num:
+                raise ConfigError(f"{spec.source}:{layer.line}: [yolo] has num={layer.num}, {len(anchors)} anchors given")
+            layers[index] = replace(layer, anchors=tuple((float(w), float(h)) for w, h in anchors))
+    return replace(spec, layers=tuple(layers))
