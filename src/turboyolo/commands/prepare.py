@@ -1,0 +1,22 @@
+"""``turboyolo prepare``: decode every image once into the prepared cache (pre-resized uint8)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help=".data, data.yaml or image folder")
+    parser.add_argument("--img-size", type=int, default=416,
+                        help="largest training size (longer side stored)")
+    parser.add_argument("--split", choices=("train", "val", "all"), default="all", help="which split(s)")
+    parser.add_argument("--out", help="cache folder (default: $TURBOYOLO_CACHE/prepared/...)")
+    parser.add_argument("--workers", type=int, help="decode processes (default: all CPUs)")
+    parser.add_argument("--memory", choices=("disk", "ram"), default="disk",
+                        help="check the size against free disk (default) or free RAM")
+
+
+def run(args: argparse.Namespace) -> int:
+    from turboyolo.data.cache import prepare_command
+
+    return prepare_command(args)

@@ -1,0 +1,228 @@
+"""Augmentation at the target resolution: pure functions of (image, boxes, rng).
+
+Geometry is one affine matrix from *original-image* pixel coordinates (continuous: pixel i covers
+[i, i+1)) to network pixels: letterbox, random scale, aspect jitter, rotation, translation and
+horizontal flip are composed into it and the image is warped once (cost ~ output pixels). Boxes go
+through the same matrix (corners, then the axis-aligned hull), are clipped, and dropped when too small
+or mostly outside. Colour is Darknet's HSV jitter through one 3-channel lookup table.
+
+Each sample's rng comes from :func:`sample_rng` (seed, epoch, index), never from worker or rank state,
+so results do not depend on the number of workers or processes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+FILL_VALUE = 114  # letterbox/affine border grey (as Ultralytics, so pretrained habits carry over)
+
+
+@dataclass(frozen=True)
+class AugmentParams:
+    """Training augmentation ranges (Darknet ``[net]`` semantics where a key exists).
+
+    Attributes:
+        degrees: rotation uniform in [-degrees, degrees] (Darknet ``angle``).
+        scale: zoom factor range (lo, hi) applied on top of the letterbox fit.
+        translate: shift uniform in [-translate, translate] x output size, per axis.
+        jitter: aspect-ratio distortion: the width/height ratio is multiplied by a log-uniform factor
+            in [1/(1+jitter), 1+jitter] at constant area (Darknet ``jitter`` distorts aspect and
+            position through its random crop; the position part is ``translate``).
+        hue: hue shift uniform in [-hue, hue] as a fraction of the hue circle (Darknet ``hue``).
+        saturation: saturation factor in [1/saturation, saturation] (Darknet ``saturation``).
+        exposure: value (brightness) factor in [1/exposure, exposure] (Darknet ``exposure``).
+        flip: probability of a horizontal flip.
+        min_box_px: boxes narrower or lower than this (output pixels) after clipping are dropped.
+        min_visible: boxes keeping less than this fraction of their area inside the image are dropped.
+    """
+
+    degrees: float = 0.0
+    scale: tuple[float, float] = (0.75, 1.25)
+    translate: float = 0.1
+    jitter: float = 0.0
+    hue: float = 0.1
+    saturation: float = 1.5
+    exposure: float = 1.5
+    flip: float = 0.5
+    min_box_px: float = 2.0
+    min_visible: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 0 < self.scale[0] <= self.scale[1]:
+            raise ValueError(f"scale range {self.scale} must satisfy 0 < lo <= hi")
+        if self.saturation < 1 or self.exposure < 1:
+            raise ValueError("saturation and exposure are Darknet factors >= 1 (1 = off)")
+        if not 0 <= self.flip <= 1 or self.jitter < 0 or self.hue < 0 or self.translate < 0:
+            raise ValueError("flip must be a probability; jitter, hue and translate >= 0")
+
+    @classmethod
+    def from_net(cls, angle: float = 0.0, saturation: float = 1.5, exposure: float = 1.5, hue: float = 0.1,
+                 jitter: float = 0.3, flip: bool = True, scale: tuple[float, float] = (0.75, 1.25),
+                 translate: float = 0.1) -> AugmentParams:
+        """Parameters from Darknet ``[net]`` values (``angle``, ``saturation``, ``exposure``, ``hue``,
+        ``jitter``, ``flip``) plus scale and translate ranges Darknet lacks."""
+        return cls(degrees=float(angle), scale=(float(scale[0]), float(scale[1])), translate=float(translate),
+                   jitter=float(jitter), hue=float(hue), saturation=float(saturation),
+                   exposure=float(exposure), flip=0.5 if flip else 0.0)
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The rng of one sample: a function of (seed, epoch, index) only."""
+    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x70B0])
+
+
+def letterbox_matrix(orig_hw: tuple[int, int], out_size: int
+                     ) -> tuple[np.ndarray, float, tuple[float, float]]:
+    """Fit the original image into ``out_size`` x ``out_size`` keeping aspect ratio, centred.
+
+    Returns:
+        (2x3 float64 matrix original px -> network px, ratio, (pad_x, pad_y)); ``net = ratio*orig + pad``.
+    """
+    h, w = orig_hw
+    ratio = out_size / max(h, w)
+    pad = ((out_size - w * ratio) / 2, (out_size - h * ratio) / 2)
+    matrix = np.array([[ratio, 0.0, pad[0]], [0.0, ratio, pad[1]]])
+    return matrix, ratio, pad
+
+
+def random_matrix(orig_hw: tuple[int, int], out_size: int, params: AugmentParams,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Letterbox + random scale/aspect/rotation/translation/flip as one 2x3 matrix (original -> net).
+
+    Draws exactly six numbers from ``rng`` in a fixed order (scale, aspect, angle, tx, ty, flip).
+    """
+    h, w = orig_hw
+    fit = out_size / max(h, w)
+    zoom = rng.uniform(params.scale[0], params.scale[1])
+    log_ar = math.log1p(params.jitter)
+    aspect = math.exp(rng.uniform(-log_ar, log_ar))
+    angle = math.radians(rng.uniform(-params.degrees, params.degrees))
+    tx, ty = rng.uniform(-params.translate, params.translate, size=2) * out_size
+    flip = rng.random() < params.flip
+    sx = fit * zoom * math.sqrt(aspect) * (-1.0 if flip else 1.0)
+    sy = fit * zoom / math.sqrt(aspect)
+    cos, sin = math.cos(angle), math.sin(angle)
+    # net = T(centre + t) @ R @ S @ T(-image centre)
+    linear = np.array([[cos, -sin], [sin, cos]]) @ np.diag([sx, sy])
+    centre = np.array([w / 2, h / 2])
+    offset = np.array([out_size / 2 + tx, out_size / 2 + ty]) - linear @ centre
+    return np.hstack([linear, offset[:, None]])
+
+
+def warp_image(image: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray, out_size: int,
+               fill: int = FILL_VALUE) -> np.ndarray:
+    """Warp a decoded image (any size standing for the original ``orig_hw``) with ``matrix``.
+
+    Args:
+        image: uint8 [h, w, 3], the original image possibly pre-resized (e.g. by a reduced decode).
+        orig_hw: size of the original the matrix refers to.
+        matrix: 2x3 original px -> net px (continuous coordinates).
+
+    Returns:
+        uint8 [out_size, out_size, 3].
+    """
+    h, w = image.shape[:2]
+    # image px -> original px is a per-axis scale; then convert continuous coordinates to OpenCV's
+    # pixel-centre convention: x_i' = A (x_i + 0.5) + b - 0.5.
+    linear = matrix[:, :2] @ np.diag([orig_hw[1] / w, orig_hw[0] / h])
+    offset = matrix[:, 2] + linear @ np.array([0.5, 0.5]) - 0.5
+    m = np.hstack([linear, offset[:, None]])
+    is_axis_aligned = abs(m[0, 1]) < 1e-12 and abs(m[1, 0]) < 1e-12
+    interp = cv2.INTER_LINEAR
+    if is_axis_aligned and abs(m[0, 0] - 1) < 1e-12 and abs(m[1, 1] - 1) < 1e-12:
+        interp = cv2.INTER_NEAREST  # pure integer-ish shift: keep pixels exact when offsets are whole
+        if abs(m[0, 2] - round(m[0, 2])) > 1e-9 or abs(m[1, 2] - round(m[1, 2])) > 1e-9:
+            interp = cv2.INTER_LINEAR
+    return cv2.warpAffine(image, m, (out_size, out_size), flags=interp, borderMode=cv2.BORDER_CONSTANT,
+                          borderValue=(fill, fill, fill))
+
+
+def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray, out_size: int,
+                    min_box_px: float = 2.0, min_visible: float = 0.25) -> np.ndarray:
+    """Move YOLO boxes through ``matrix``; clip to the output; drop tiny or mostly-outside boxes.
+
+    Args:
+        labels: float32 [N, 5] (cls, cx, cy, w, h) relative to the original image.
+        matrix: 2x3 original px -> net px.
+
+    Returns:
+        float32 [M, 5] (cls, cx, cy, w, h) relative to the ``out_size`` x ``out_size`` output, M <= N.
+    """
+    if len(labels) == 0:
+        return np.zeros((0, 5), dtype=np.float32)
+    h, w = orig_hw
+    cx, cy = labels[:, 1] * w, labels[:, 2] * h
+    bw, bh = labels[:, 3] * w, labels[:, 4] * h
+    xs = np.stack([cx - bw / 2, cx + bw / 2, cx + bw / 2, cx - bw / 2], axis=1).astype(np.float64)
+    ys = np.stack([cy - bh / 2, cy - bh / 2, cy + bh / 2, cy + bh / 2], axis=1).astype(np.float64)
+    nx = matrix[0, 0] * xs + matrix[0, 1] * ys + matrix[0, 2]
+    ny = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2]
+    x1, x2, y1, y2 = nx.min(1), nx.max(1), ny.min(1), ny.max(1)
+    full_area = (x2 - x1) * (y2 - y1)
+    x1c, x2c = np.clip(x1, 0, out_size), np.clip(x2, 0, out_size)
+    y1c, y2c = np.clip(y1, 0, out_size), np.clip(y2, 0, out_size)
+    cw, ch = x2c - x1c, y2c - y1c
+    keep = (cw >= min_box_px) & (ch >= min_box_px) & (cw * ch >= min_visible * np.maximum(full_area, 1e-9))
+    out = np.stack([labels[:, 0], (x1c + x2c) / 2 / out_size, (y1c + y2c) / 2 / out_size,
+                    cw / out_size, ch / out_size], axis=1)[keep]
+    return out.astype(np.float32)
+
+
+def hsv_table(rng: np.random.Generator, hue: float, saturation: float, exposure: float) -> np.ndarray:
+    """A [256, 1, 3] uint8 lookup table for OpenCV HSV (H in 0..179): Darknet's colour jitter.
+
+    Draws exactly five numbers from ``rng`` (hue, saturation, its inversion, exposure, its inversion).
+    """
+    dh = rng.uniform(-hue, hue)
+    ds = rng.uniform(1, saturation)
+    ds = ds if rng.random() < 0.5 else 1 / ds
+    dv = rng.uniform(1, exposure)
+    dv = dv if rng.random() < 0.5 else 1 / dv
+    x = np.arange(256, dtype=np.float64)
+    lut_h = np.mod(np.round(x + dh * 180), 180)
+    lut_s = np.clip(np.round(x * ds), 0, 255)
+    lut_v = np.clip(np.round(x * dv), 0, 255)
+    return np.stack([lut_h, lut_s, lut_v], axis=1).astype(np.uint8).reshape(256, 1, 3)
+
+
+def apply_hsv(image: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """RGB uint8 -> HSV -> lookup table -> RGB (one pass per step, all at the output size)."""
+    hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV)
+    cv2.LUT(hsv, table, dst=hsv)
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=image)
+
+
+def augment_sample(image: np.ndarray, labels: np.ndarray, orig_hw: tuple[int, int], out_size: int,
+                   params: AugmentParams | None, rng: np.random.Generator | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One sample to the network input: letterbox (``params=None``) or the full random augmentation.
+
+    Args:
+        image: uint8 [h, w, 3] RGB standing for the original of size ``orig_hw`` (may be pre-resized).
+        labels: float32 [N, 5] (cls, cx, cy, w, h) relative to the original.
+        orig_hw: (height, width) of the original image.
+        out_size: side of the square output.
+        params: augmentation ranges, or ``None`` for validation (letterbox only, boxes kept as is).
+        rng: the sample's rng (:func:`sample_rng`); unused when ``params`` is None.
+
+    Returns:
+        (uint8 [out_size, out_size, 3], float32 [M, 5] relative to the output, 2x3 matrix original
+        px -> output px).
+    """
+    if params is None:
+        matrix = letterbox_matrix(orig_hw, out_size)[0]
+        out = warp_image(image, orig_hw, matrix, out_size)
+        boxes = transform_boxes(labels, orig_hw, matrix, out_size, 0.0, 0.0)
+        return out, boxes, matrix
+    assert rng is not None, "training augmentation needs the sample's rng"
+    matrix = random_matrix(orig_hw, out_size, params, rng)
+    table = hsv_table(rng, params.hue, params.saturation, params.exposure)
+    out = warp_image(image, orig_hw, matrix, out_size)
+    if params.hue or params.saturation > 1 or params.exposure > 1:
+        out = apply_hsv(out, table)
+    boxes = transform_boxes(labels, orig_hw, matrix, out_size, params.min_box_px, params.min_visible)
+    return out, boxes, matrix

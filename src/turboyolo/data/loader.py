@@ -1,0 +1,275 @@
+"""DataLoader wiring: dataset, multiscale batch sampler, collate in workers, pinning, device hand-off.
+
+Batches are ``(images uint8 [B, 3, S, S], targets float32 [N, 6], metas)`` where a target row is
+(batch index, cls, cx, cy, w, h) relative to the delivered image and ``metas[i]`` maps network pixels
+back to the original: ``orig = (net - pad) / ratio`` (exact for validation; with augmentation use
+``ImageMeta.matrix``). uint8 crosses the process boundary and the bus; :func:`move_to_device`
+normalises on the device.
+
+Determinism: the batch sampler (main process) decides which sample indices, epoch and output size
+every batch has; each sample's augmentation rng is ``sample_rng(seed, epoch, index)``. So batches do
+not depend on the number of workers, and all ranks agree on the size sequence.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from turboyolo.data.augment import AugmentParams, augment_sample, letterbox_matrix, sample_rng
+from turboyolo.data.decode import decode_image
+from turboyolo.data.scan import Sample
+from turboyolo.errors import DataError
+
+MAX_REPLACEMENTS = 16  # tries before a batch slot gives up (only with an almost entirely broken data set)
+SIZE_STEP = 32  # multiscale sizes are multiples of the network stride
+
+
+@dataclass
+class ImageMeta:
+    """Where a delivered image came from and how to map back to it.
+
+    Attributes:
+        path: the image file actually used for this slot.
+        orig_hw: (height, width) of the original (EXIF-oriented) image.
+        ratio: letterbox scale (network px per original px).
+        pad: (pad_x, pad_y) letterbox offsets in network px; ``orig = (net - pad) / ratio``.
+        matrix: 2x3 original px -> network px (equals ratio/pad for validation; includes augmentation).
+        replaced: (path, reason) of the broken sample this slot replaced, else ``None``.
+    """
+
+    path: Path
+    orig_hw: tuple[int, int]
+    ratio: float
+    pad: tuple[float, float]
+    matrix: np.ndarray | None = None
+    replaced: tuple[str, str] | None = None
+
+
+class DetectionDataset(torch.utils.data.Dataset):
+    """Map-style dataset keyed by ``(index, epoch, size)`` (what the batch sampler yields).
+
+    Never returns None: a sample that fails to load is replaced by another one chosen from
+    (seed, epoch, index, attempt), and the slot's meta records the failure.
+    """
+
+    def __init__(self, samples: Sequence[Sample], augment: AugmentParams | None, decode_size: int,
+                 seed: int = 0, cache=None):
+        self.samples = list(samples)
+        self.augment = augment
+        self.decode_size = decode_size
+        self.seed = seed
+        self.cache = cache
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def load(self, index: int) -> tuple[np.ndarray, tuple[int, int]]:
+        """Decoded image (longer side ``decode_size``) and original (h, w) of sample ``index``."""
+        if self.cache is not None:
+            return self.cache.get(index)
+        return decode_image(self.samples[index].image, self.decode_size)
+
+    def __getitem__(self, key: tuple[int, int, int]):
+        index, epoch, size = key
+        chosen, replaced = index, None
+        for attempt in range(MAX_REPLACEMENTS):
+            try:
+                image, orig_hw = self.load(chosen)
+                break
+            except (DataError, OSError, ValueError, cv2.error) as err:
+                if replaced is None:
+                    replaced = (str(self.samples[chosen].image), str(err))
+                chosen = int(sample_rng(self.seed, epoch, index * MAX_REPLACEMENTS + attempt + 1)
+                             .integers(len(self.samples)))
+        else:
+            raise DataError(f"{MAX_REPLACEMENTS} samples in a row failed to load (first: {replaced}); "
+                            "run the scan again, the data set changed")
+        rng = sample_rng(self.seed, epoch, index) if self.augment is not None else None
+        out, boxes, matrix = augment_sample(image, self.samples[chosen].labels, orig_hw, size,
+                                            self.augment, rng)
+        _, ratio, pad = letterbox_matrix(orig_hw, size)
+        meta = ImageMeta(self.samples[chosen].image, orig_hw, ratio, pad, matrix, replaced)
+        return out, boxes, meta
+
+
+def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, list[ImageMeta]]:
+    """Stack into uint8 [B, 3, S, S] and float32 [N, 6] (batch index, cls, cx, cy, w, h)."""
+    images = np.stack([item[0] for item in items])
+    images_t = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+    rows = [np.concatenate([np.full((len(b), 1), i, np.float32), b], axis=1)
+            for i, (_, b, _) in enumerate(items)]
+    targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
+    return images_t, targets, [item[2] for item in items]
+
+
+class MultiScaleBatchSampler(torch.utils.data.Sampler):
+    """Yields lists of ``(index, epoch, size)``; one size per batch, all ranks agree.
+
+    Order: a permutation of (seed, epoch) when shuffling; for ``world_size > 1`` the order is padded
+    to a multiple of ``world_size`` (repeating the start) and rank r takes positions r, r+W, ...
+    The size of batch b is drawn from (seed, epoch) so it is the same on every rank.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, img_size: int, *, shuffle: bool, seed: int = 0,
+                 multiscale: tuple[int, int] | None = None, rank: int = 0, world_size: int = 1,
+                 drop_last: bool = False):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.num_samples, self.batch_size, self.img_size = num_samples, batch_size, img_size
+        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+        self.drop_last = drop_last
+        self.epoch = 0
+        if multiscale:
+            lo, hi = multiscale
+            self.sizes = list(range(_round_up(lo), _round_up(hi) + 1, SIZE_STEP))
+        else:
+            self.sizes = [img_size]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _indices(self) -> np.ndarray:
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5A3D])
+            order = rng.permutation(self.num_samples)
+        else:
+            order = np.arange(self.num_samples)
+        if self.world_size > 1:
+            total = -(-self.num_samples // self.world_size) * self.world_size
+            order = np.resize(order, total)[self.rank::self.world_size]
+        return order
+
+    def __len__(self) -> int:
+        per_rank = -(-self.num_samples // self.world_size)
+        return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
+        order = self._indices()
+        size_rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x51E])
+        sizes = size_rng.choice(self.sizes, size=len(self))
+        for b in range(len(self)):
+            chunk = order[b * self.batch_size:(b + 1) * self.batch_size]
+            yield [(int(i), self.epoch, int(sizes[b])) for i in chunk]
+
+
+def _round_up(size: int) -> int:
+    return -(-int(size) // SIZE_STEP) * SIZE_STEP
+
+
+def default_workers(world_size: int = 1) -> int:
+    """Loader workers per process: the CPUs this process may use, shared by ranks, minus one for the
+    main process (0 on a one-core machine), at most 16."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(0, min(16, cpus // max(1, world_size) - 1))
+
+
+def _worker_init(_: int) -> None:
+    # One thread per worker: parallelism comes from the workers, not from nested thread pools.
+    cv2.setNumThreads(0)
+    torch.set_num_threads(1)
+
+
+class DetectionLoader:
+    """Iterable over batches with ``set_epoch`` and a count of replaced (broken) samples."""
+
+    def __init__(self, dataset: DetectionDataset, batch_sampler: MultiScaleBatchSampler, workers: int,
+                 prefetch_factor: int = 4, pin_memory: bool | None = None):
+        self.dataset, self.batch_sampler, self.workers = dataset, batch_sampler, workers
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        kwargs = {}
+        if workers > 0:
+            kwargs = dict(persistent_workers=True, prefetch_factor=prefetch_factor,
+                          worker_init_fn=_worker_init)
+            if "fork" in torch.multiprocessing.get_all_start_methods():
+                kwargs["multiprocessing_context"] = "fork"
+        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
+                                                   collate_fn=collate, pin_memory=self.pin_memory, **kwargs)
+        self.replaced: list[tuple[str, str]] = []  # (path, reason) of every replacement, all epochs
+        self.epoch_replaced: list[tuple[str, str]] = []  # the current/last epoch only
+
+    @property
+    def replaced_count(self) -> int:
+        return len(self.replaced)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        self.epoch_replaced = []
+        for images, targets, metas in self._loader:
+            for meta in metas:
+                if meta.replaced is not None:
+                    self.epoch_replaced.append(meta.replaced)
+                    self.replaced.append(meta.replaced)
+            yield images, targets, metas
+
+    def replaced_summary(self) -> str | None:
+        """One line for the end of an epoch, or None when nothing was replaced."""
+        if not self.epoch_replaced:
+            return None
+        files = sorted({p for p, _ in self.epoch_replaced})
+        return (f"{len(self.epoch_replaced)} sample(s) failed to load and were replaced this epoch: "
+                + "; ".join(f"{p}: {r}" for p, r in dict(self.epoch_replaced).items())[:2000]
+                + ("" if len(files) < 2 else f" ({len(files)} files)"))
+
+
+def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, augment: AugmentParams | None,
+                 workers: int | None = None, shuffle: bool, seed: int = 0,
+                 multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
+                 drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None
+                 ) -> DetectionLoader:
+    """Build the training (``augment`` given) or validation (``augment=None``) loader.
+
+    Args:
+        samples: scanned samples (:func:`turboyolo.data.scan.scan_dataset`).
+        img_size: network input side (multiple of 32).
+        batch_size: images per batch (per rank).
+        augment: training augmentation, or None for letterbox only.
+        workers: loader processes; None = :func:`default_workers`.
+        shuffle: reshuffle every epoch from (seed, epoch).
+        multiscale: (min, max) sizes, multiples of 32; one size per batch.
+        cache: a :class:`turboyolo.data.cache.PreparedCache` over the same samples, or None to decode
+            the original files.
+        rank, world_size: this process's share of every epoch.
+        drop_last: drop the last partial batch.
+
+    Returns:
+        :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
+    """
+    if not samples:
+        raise DataError("no usable samples; check the scan report for excluded files")
+    decode_size = max(img_size, multiscale[1] if multiscale else 0)
+    if cache is not None:
+        if len(cache) != len(samples):
+            raise DataError(f"prepared cache {cache.root} has {len(cache)} images but the data set "
+                            f"{len(samples)}; rebuild it with `turboyolo prepare`")
+    dataset = DetectionDataset(samples, augment, _round_up(decode_size) if multiscale else decode_size,
+                               seed, cache)
+    sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
+                                     multiscale=multiscale, rank=rank, world_size=world_size,
+                                     drop_last=drop_last)
+    if workers is None:
+        workers = default_workers(world_size)
+    return DetectionLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
+
+
+def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,
+                   channels_last: bool = False) -> torch.Tensor:
+    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy, divide there)."""
+    images = images.to(device, non_blocking=True)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images.to(dtype).div_(255.0)

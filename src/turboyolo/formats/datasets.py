@@ -1,0 +1,248 @@
+"""Data-set descriptions: Darknet ``.data``, Ultralytics ``data.yaml``, a plain image folder.
+
+Also the image -> label path rule. turboyolo uses Ultralytics' rule (the *last* ``images`` path
+component becomes ``labels``, the extension ``.txt``); Darknet replaces the *first* ``images``
+substring of the path and PyTorch-YOLOv3 the *last* ``images`` substring of the folder name.
+:func:`label_path_disagreement` says when those rules would pick a different existing file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turboyolo.errors import ConfigError, DataError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+
+@dataclass
+class DataConfig:
+    """A data set: where its splits are and what its classes are called.
+
+    Attributes:
+        path: the file (or folder) it was read from.
+        root: folder relative paths were resolved against (the file's folder, or ``path:`` in a yaml).
+        train: sources of the training split; each is an image folder, a list file or one image.
+        val: sources of the validation split (same kinds).
+        names: class names (``None`` for a bare image folder without a names file).
+        extra: other keys of the file (``backup``, ``eval``, ``test``, ...), raw.
+    """
+
+    path: Path
+    root: Path
+    train: list[Path]
+    val: list[Path]
+    names: list[str] | None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int | None:
+        return None if self.names is None else len(self.names)
+
+    def split(self, name: str) -> list[Path]:
+        """Sources of ``train`` or ``val`` (``valid``, ``test`` accepted as ``val``)."""
+        if name == "train":
+            return self.train
+        if name in ("val", "valid", "test"):
+            return self.val
+        raise ConfigError(f"unknown split {name!r}; use train or val")
+
+
+def resolve(path: str | Path, *bases: Path) -> Path:
+    """``path`` if absolute; else the first of ``bases / path`` or ``cwd / path`` that exists.
+
+    When none exists, the first candidate is returned so the error can name it.
+    """
+    p = Path(os.path.expanduser(str(path).strip()))
+    if p.is_absolute():
+        return p
+    candidates = [base / p for base in bases] + [Path.cwd() / p]
+    for cand in candidates:
+        if cand.exists():
+            return cand
+    return candidates[0]
+
+
+def read_names(path: str | Path) -> list[str]:
+    """Class names from a ``.names`` file (one per line, blank lines ignored)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the names file ({err.strerror}); check the path") from None
+    names = [line.strip() for line in lines if line.strip()]
+    if not names:
+        raise ConfigError(f"{path}: the names file is empty; write one class name per line")
+    return names
+
+
+def _parse_darknet_data(path: Path) -> DataConfig:
+    values: dict[str, str] = {}
+    for line_no, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if "=" not in line:
+            raise ConfigError(f"{path}:{line_no}: expected key = value, got {line!r}")
+        key, value = (s.strip() for s in line.split("=", 1))
+        values[key] = value
+    base = path.parent
+    for key in ("train", "valid"):
+        if key not in values:
+            raise ConfigError(f"{path}: missing `{key} = <list file>`; add it")
+    names = read_names(resolve(values["names"], base)) if "names" in values else None
+    if names is not None and "classes" in values and int(values["classes"]) != len(names):
+        raise ConfigError(f"{path}: classes = {values['classes']} but the names file has {len(names)} "
+                          "lines; make them agree")
+    extra = {k: v for k, v in values.items() if k not in ("train", "valid", "names")}
+    return DataConfig(path, base, [resolve(values["train"], base)], [resolve(values["valid"], base)],
+                      names, extra)
+
+
+def _yaml_sources(value: object, root: Path, path: Path, key: str) -> list[Path]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in items):
+        raise ConfigError(f"{path}: `{key}` must be a path or a list of paths")
+    return [resolve(v, root) for v in items]
+
+
+def _parse_yaml(path: Path) -> DataConfig:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err}); fix the file") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping with path/train/val/names")
+    root = Path(doc["path"]) if doc.get("path") else path.parent
+    if not root.is_absolute():
+        root = resolve(root, path.parent)
+    names_value = doc.get("names")
+    if isinstance(names_value, dict):
+        keys = sorted(int(k) for k in names_value)
+        if keys != list(range(len(keys))):
+            raise ConfigError(f"{path}: `names` ids must be 0..{len(keys) - 1} without gaps")
+        names = [str(names_value[k]) for k in keys]
+    elif isinstance(names_value, list):
+        names = [str(n) for n in names_value]
+    elif isinstance(names_value, str):
+        names = read_names(resolve(names_value, root, path.parent))
+    else:
+        names = None
+    if names is not None and "nc" in doc and int(doc["nc"]) != len(names):
+        raise ConfigError(f"{path}: nc = {doc['nc']} but names has {len(names)} entries; make them agree")
+    if "train" not in doc:
+        raise ConfigError(f"{path}: missing `train:`; add the training images folder or list file")
+    val_value = doc.get("val", doc.get("valid"))
+    extra = {k: v for k, v in doc.items() if k not in ("path", "train", "val", "valid", "names")}
+    return DataConfig(path, root, _yaml_sources(doc["train"], root, path, "train"),
+                      _yaml_sources(val_value, root, path, "val"), names, extra)
+
+
+def _names_near(folder: Path) -> list[str] | None:
+    for base in (folder, folder.parent):
+        found = sorted(base.glob("*.names"))
+        if len(found) == 1:
+            return read_names(found[0])
+    return None
+
+
+def load_data_config(path: str | Path) -> DataConfig:
+    """Read a ``.data`` file, a ``data.yaml``/``.yml`` file or describe an image folder.
+
+    Relative paths resolve against the file's folder (for yaml: its ``path:`` key), then the working
+    directory. An image folder is both splits; its names come from a single ``*.names`` file in it or
+    its parent, else ``None``.
+
+    Raises:
+        ConfigError: missing file, unknown format, missing keys.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return DataConfig(path, path, [path], [path], _names_near(path))
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such data file or folder; pass a .data, data.yaml or image folder")
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return _parse_yaml(path)
+    if suffix == ".data":
+        return _parse_darknet_data(path)
+    if suffix in IMAGE_SUFFIXES:
+        return DataConfig(path, path.parent, [path], [path], _names_near(path.parent))
+    if suffix == ".txt":
+        return DataConfig(path, path.parent, [path], [path], _names_near(path.parent))
+    raise ConfigError(f"{path}: unknown data description; use a Darknet .data, a data.yaml or a folder")
+
+
+def list_images(source: str | Path) -> list[Path]:
+    """Images of one source: a folder (recursive, sorted), a list file, or a single image.
+
+    List-file lines are resolved against the list file's folder, then the working directory; lines
+    that are blank or start with ``#`` are skipped. Missing images are kept in the list (the scan
+    reports them).
+
+    Raises:
+        DataError: the source does not exist.
+    """
+    source = Path(source)
+    if source.is_dir():
+        return sorted(p for p in source.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not source.is_file():
+        raise DataError(f"{source}: image folder or list file not found; check the data file's paths")
+    if source.suffix.lower() in IMAGE_SUFFIXES:
+        return [source]
+    base = source.parent
+    out = []
+    for raw in source.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            out.append(resolve(line, base))
+    return out
+
+
+def label_path_for(image: str | Path) -> Path:
+    """turboyolo's (Ultralytics') rule: last ``images`` component -> ``labels``, suffix -> ``.txt``.
+
+    Without an ``images`` component the label sits next to the image.
+    """
+    parts = list(Path(image).parts)
+    for i in range(len(parts) - 2, -1, -1):  # folders only, last one first
+        if parts[i] == "images":
+            parts[i] = "labels"
+            break
+    return Path(*parts).with_suffix(".txt")
+
+
+def darknet_label_path(image: str | Path) -> Path:
+    """Darknet's rule: the first ``images`` substring of the whole path -> ``labels``."""
+    text = str(image)
+    text = text.replace("images", "labels", 1)
+    return Path(text).with_suffix(".txt")
+
+
+def pytorchyolo_label_path(image: str | Path) -> Path:
+    """PyTorch-YOLOv3's rule: the last ``images`` substring of the folder name -> ``labels``."""
+    image = Path(image)
+    folder = str(image.parent)
+    if "images" in folder:
+        head, tail = folder.rsplit("images", 1)
+        folder = head + "labels" + tail
+    return Path(folder) / (image.stem + ".txt")
+
+
+def label_path_disagreement(image: str | Path, chosen: Path | None = None) -> str | None:
+    """A warning when Darknet's or PyTorch-YOLOv3's rule finds a different existing label file."""
+    chosen = chosen or label_path_for(image)
+    notes = []
+    others = (("Darknet", darknet_label_path(image)), ("PyTorch-YOLOv3", pytorchyolo_label_path(image)))
+    for tool, other in others:
+        if other != chosen and other.is_file():
+            notes.append(f"{tool} would read {other}")
+    if not notes:
+        return None
+    return f"labels for {image}: turboyolo reads {chosen}, but " + "; ".join(notes)

@@ -1,0 +1,324 @@
+"""YOLO label files (``cls cx cy w h`` per line, relative to the image) and importers.
+
+Readers here parse and check one file; the data-set level policy (what is excluded, fixed or
+counted) lives in :mod:`turboyolo.data.scan`, which uses :func:`parse_yolo_labels` for its reasons.
+Importers: Pascal VOC XML (:func:`read_voc_xml`, :func:`convert_voc`) and COCO JSON
+(:func:`convert_coco`), both writing one ``.txt`` per image plus a names file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from turboyolo.errors import DataError
+
+# Coordinates this far outside [0, 1] are clipped (and counted); further out the file is excluded.
+CLIP_TOLERANCE = 0.01
+
+
+@dataclass
+class LabelCheck:
+    """Result of checking one label file's text.
+
+    ``rows`` is float32 [N, 5] (cls, cx, cy, w, h) after fixes; ``error`` is set (and ``rows`` empty)
+    when the file must be excluded; ``fixes`` lists what was repaired (clipped boxes, duplicates).
+    """
+
+    rows: np.ndarray
+    error: str | None = None
+    fixes: list[str] = field(default_factory=list)
+
+
+def _empty() -> np.ndarray:
+    return np.zeros((0, 5), dtype=np.float32)
+
+
+def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
+    """Check YOLO label text line by line; see the module docstring of ``data.scan`` for the rules.
+
+    Args:
+        text: the file's content.
+        num_classes: class ids must be integers in ``[0, num_classes)``; ``None`` skips the upper bound.
+
+    Returns:
+        A :class:`LabelCheck`. Blank lines are ignored; an empty file gives zero rows (background).
+    """
+    rows: list[list[float]] = []
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if "," in line:
+            return LabelCheck(_empty(), f"line {line_no}: comma separators (use spaces): {line[:60]!r}")
+        parts = line.split()
+        if len(parts) != 5:
+            return LabelCheck(_empty(), f"line {line_no}: {len(parts)} columns, expected 5 (cls cx cy w h)")
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            return LabelCheck(_empty(), f"line {line_no}: not a number: {line[:60]!r}")
+        if not all(math.isfinite(v) for v in values):
+            return LabelCheck(_empty(), f"line {line_no}: NaN or inf: {line[:60]!r}")
+        cls = values[0]
+        if cls != int(cls) or cls < 0 or (num_classes is not None and cls >= num_classes):
+            bound = f" (names has {num_classes})" if num_classes is not None else ""
+            return LabelCheck(_empty(), f"line {line_no}: class id {parts[0]} out of range{bound}")
+        if values[3] <= 0 or values[4] <= 0:
+            return LabelCheck(_empty(), f"line {line_no}: width/height <= 0: {line[:60]!r}")
+        rows.append(values)
+    if not rows:
+        return LabelCheck(_empty())
+    arr = np.asarray(rows, dtype=np.float64)
+    fixes: list[str] = []
+    x1 = arr[:, 1] - arr[:, 3] / 2
+    y1 = arr[:, 2] - arr[:, 4] / 2
+    x2 = arr[:, 1] + arr[:, 3] / 2
+    y2 = arr[:, 2] + arr[:, 4] / 2
+    corners = np.stack([x1, y1, x2, y2], axis=1)
+    worst = float(np.max(np.maximum(-corners, corners - 1.0)))
+    if worst > CLIP_TOLERANCE:
+        bad = int(np.argmax(np.max(np.maximum(-corners, corners - 1.0), axis=1)))
+        return LabelCheck(_empty(), f"box {bad + 1} extends {worst:.3f} outside the image (tolerance "
+                                    f"{CLIP_TOLERANCE})")
+    if worst > 0:
+        outside = int(np.sum(np.any((corners < 0) | (corners > 1), axis=1)))
+        corners = np.clip(corners, 0.0, 1.0)
+        arr[:, 1] = (corners[:, 0] + corners[:, 2]) / 2
+        arr[:, 2] = (corners[:, 1] + corners[:, 3]) / 2
+        arr[:, 3] = corners[:, 2] - corners[:, 0]
+        arr[:, 4] = corners[:, 3] - corners[:, 1]
+        fixes.append(f"{outside} box(es) clipped to the image (up to {worst:.4f} outside)")
+    arr32 = arr.astype(np.float32)
+    _, first = np.unique(arr32, axis=0, return_index=True)
+    if len(first) < len(arr32):
+        fixes.append(f"{len(arr32) - len(first)} duplicate box(es) removed")
+        arr32 = arr32[np.sort(first)]
+    return LabelCheck(arr32, None, fixes)
+
+
+def read_yolo_labels(path: str | Path, num_classes: int | None = None, missing_ok: bool = True) -> np.ndarray:
+    """Read a YOLO label file.
+
+    Args:
+        path: the ``.txt`` file.
+        num_classes: when given, class ids must lie in ``[0, num_classes)``.
+        missing_ok: a missing file is a background image (zero rows) instead of an error.
+
+    Returns:
+        float32 [N, 5]: (cls, cx, cy, w, h), relative to the image size; slightly-out-of-range boxes
+        are clipped and exact duplicates removed (as in the scan).
+
+    Raises:
+        DataError: naming the file and line when a line is malformed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        if missing_ok:
+            return _empty()
+        raise DataError(f"{path}: label file not found; create it (empty = background image)") from None
+    check = parse_yolo_labels(text, num_classes)
+    if check.error:
+        raise DataError(f"{path}: {check.error}; fix the file or delete it to treat the image as background")
+    return check.rows
+
+
+def format_yolo_rows(rows: np.ndarray | Sequence[Sequence[float]], with_conf: bool = False) -> str:
+    """Text of a YOLO label file: ``cls cx cy w h`` (+ `` conf`` when ``with_conf``), 6 decimals."""
+    arr = np.asarray(rows, dtype=np.float64).reshape(-1, 6 if with_conf else 5) if len(rows) else None
+    if arr is None:
+        return ""
+    lines = []
+    for row in arr:
+        coords = " ".join(f"{v:.6f}" for v in row[1:5])
+        line = f"{int(round(row[0]))} {coords}"
+        if with_conf:
+            line += f" {row[5]:.6f}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def write_yolo_labels(path: str | Path, rows: np.ndarray | Sequence[Sequence[float]],
+                      with_conf: bool = False) -> None:
+    """Write a YOLO label file atomically (temporary file + rename).
+
+    Args:
+        path: destination ``.txt``; parent folders are created.
+        rows: [N, 5] (cls, cx, cy, w, h) relative, or [N, 6] with a trailing confidence when
+            ``with_conf`` (the Darknet/Ultralytics ``save_conf`` layout). N may be 0 (empty file).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(format_yolo_rows(rows, with_conf), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- importers
+
+@dataclass
+class ImportedImage:
+    """One image's boxes from a foreign format, in pixels (x1, y1, x2, y2) with class names."""
+
+    filename: str
+    width: int
+    height: int
+    boxes: np.ndarray  # float64 [N, 4] x1 y1 x2 y2 pixels
+    classes: list[str]
+
+
+def boxes_to_yolo(boxes: np.ndarray, class_ids: Iterable[int], width: int, height: int) -> np.ndarray:
+    """Pixel (x1, y1, x2, y2) boxes -> float32 [N, 5] YOLO rows, clipped to the image."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, width)
+    b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, height)
+    ids = np.asarray(list(class_ids), dtype=np.float64)
+    out = np.stack([ids, (b[:, 0] + b[:, 2]) / 2 / width, (b[:, 1] + b[:, 3]) / 2 / height,
+                    (b[:, 2] - b[:, 0]) / width, (b[:, 3] - b[:, 1]) / height], axis=1)
+    return out.astype(np.float32)
+
+
+def read_voc_xml(path: str | Path) -> ImportedImage:
+    """Parse one Pascal VOC annotation file.
+
+    Raises:
+        DataError: the XML is malformed or lacks ``size``/``bndbox`` fields.
+    """
+    path = Path(path)
+    try:
+        root = ET.parse(path).getroot()
+        filename = (root.findtext("filename") or path.with_suffix(".jpg").name).strip()
+        width = int(float(root.findtext("size/width") or 0))
+        height = int(float(root.findtext("size/height") or 0))
+        boxes, classes = [], []
+        for obj in root.iter("object"):
+            bnd = obj.find("bndbox")
+            if bnd is None:
+                raise DataError(f"{path}: <object> without <bndbox>; fix or remove the object")
+            boxes.append([float(bnd.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")])
+            classes.append((obj.findtext("name") or "").strip())
+    except ET.ParseError as err:
+        raise DataError(f"{path}: not valid XML ({err}); fix or remove the file") from None
+    except (TypeError, ValueError) as err:
+        raise DataError(f"{path}: bad number in <size> or <bndbox> ({err}); fix the file") from None
+    return ImportedImage(filename, width, height, np.asarray(boxes, dtype=np.float64).reshape(-1, 4), classes)
+
+
+@dataclass
+class ConvertReport:
+    """What an import wrote and what it skipped (each with its reason)."""
+
+    written: int = 0
+    boxes: int = 0
+    names: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{self.written} label files, {self.boxes} boxes, {len(self.names)} classes, "
+                f"{len(self.skipped)} skipped")
+
+
+def _resolve_class(name: str, names: list[str], mapping: dict[str, str] | None, fixed: bool) -> int | None:
+    name = mapping.get(name, name) if mapping else name
+    if name not in names:
+        if fixed:
+            return None
+        names.append(name)
+    return names.index(name)
+
+
+def convert_voc(xml_files: Iterable[str | Path], out_dir: str | Path, names: list[str] | None = None,
+                mapping: dict[str, str] | None = None) -> ConvertReport:
+    """Convert VOC XML files to YOLO ``.txt`` files in ``out_dir`` (named after each image).
+
+    Args:
+        xml_files: annotation files.
+        out_dir: destination folder for ``<image stem>.txt`` and ``classes.names``.
+        names: fixed class list (objects of other classes are skipped and reported); ``None`` collects
+            names in order of first appearance.
+        mapping: optional rename applied before the look-up (e.g. ``{"Alive": "tree"}``).
+    """
+    out_dir = Path(out_dir)
+    report = ConvertReport(names=list(names) if names else [])
+    fixed = names is not None
+    for xml_file in sorted(Path(p) for p in xml_files):
+        try:
+            item = read_voc_xml(xml_file)
+        except DataError as err:
+            report.skipped.append((str(xml_file), str(err)))
+            continue
+        if item.width <= 0 or item.height <= 0:
+            report.skipped.append((str(xml_file), "no <size> width/height"))
+            continue
+        keep, ids = [], []
+        for box, cls in zip(item.boxes, item.classes, strict=True):
+            cid = _resolve_class(cls, report.names, mapping, fixed)
+            if cid is None:
+                report.skipped.append((f"{xml_file}:{cls}", "class not in the names list"))
+                continue
+            keep.append(box)
+            ids.append(cid)
+        rows = boxes_to_yolo(np.asarray(keep).reshape(-1, 4), ids, item.width, item.height)
+        write_yolo_labels(out_dir / (Path(item.filename).stem + ".txt"), rows)
+        report.written += 1
+        report.boxes += len(rows)
+    write_names(out_dir / "classes.names", report.names)
+    return report
+
+
+def convert_coco(json_path: str | Path, out_dir: str | Path) -> ConvertReport:
+    """Convert a COCO detection JSON to YOLO ``.txt`` files (one per image, empty for no boxes).
+
+    Category ids are remapped to 0..K-1 in ascending id order; ``classes.names`` lists them.
+    Crowd annotations and boxes with zero size are skipped and reported.
+    """
+    json_path, out_dir = Path(json_path), Path(out_dir)
+    try:
+        data = json.loads(json_path.read_text(encoding="utf-8"))
+        categories = sorted(data["categories"], key=lambda c: c["id"])
+        images = {img["id"]: img for img in data["images"]}
+        annotations = data.get("annotations", [])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{json_path}: not a COCO detection JSON ({err!r}); it needs images, "
+                        "categories and annotations") from None
+    report = ConvertReport(names=[str(c["name"]) for c in categories])
+    cat_index = {c["id"]: i for i, c in enumerate(categories)}
+    per_image: dict[int, list[tuple[int, list[float]]]] = {i: [] for i in images}
+    for ann in annotations:
+        where = f"{json_path}:annotation {ann.get('id')}"
+        if ann.get("iscrowd"):
+            report.skipped.append((where, "iscrowd"))
+            continue
+        if ann.get("image_id") not in images or ann.get("category_id") not in cat_index:
+            report.skipped.append((where, "unknown image_id or category_id"))
+            continue
+        x, y, w, h = (float(v) for v in ann["bbox"])
+        if w <= 0 or h <= 0:
+            report.skipped.append((where, "bbox with zero size"))
+            continue
+        per_image[ann["image_id"]].append((cat_index[ann["category_id"]], [x, y, x + w, y + h]))
+    for image_id, img in images.items():
+        items = per_image[image_id]
+        rows = boxes_to_yolo(np.asarray([b for _, b in items]).reshape(-1, 4), [c for c, _ in items],
+                             int(img["width"]), int(img["height"]))
+        write_yolo_labels(out_dir / (Path(img["file_name"]).stem + ".txt"), rows)
+        report.written += 1
+        report.boxes += len(rows)
+    write_names(out_dir / "classes.names", report.names)
+    return report
+
+
+def write_names(path: str | Path, names: Sequence[str]) -> None:
+    """Write a Darknet ``.names`` file (one class per line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{n}\n" for n in names), encoding="utf-8")

@@ -1,0 +1,98 @@
+"""YOLO label parsing rules and the VOC / COCO importers."""
+
+import json
+
+import numpy as np
+import pytest
+
+from turboyolo.errors import DataError
+from turboyolo.formats.labels import (
+    convert_coco,
+    convert_voc,
+    parse_yolo_labels,
+    read_yolo_labels,
+    write_yolo_labels,
+)
+
+
+def test_roundtrip(tmp_path):
+    rows = np.array([[0, 0.5, 0.5, 0.2, 0.3], [3, 0.1, 0.2, 0.05, 0.1]], np.float32)
+    write_yolo_labels(tmp_path / "a" / "x.txt", rows)
+    np.testing.assert_allclose(read_yolo_labels(tmp_path / "a" / "x.txt"), rows, atol=1e-6)
+    write_yolo_labels(tmp_path / "c.txt", np.hstack([rows, [[0.9], [0.25]]]), with_conf=True)
+    assert (tmp_path / "c.txt").read_text().splitlines()[1].endswith(" 0.250000")
+
+
+def test_missing_and_empty_are_background(tmp_path):
+    assert read_yolo_labels(tmp_path / "nope.txt").shape == (0, 5)
+    (tmp_path / "e.txt").write_text("\n\n")
+    assert read_yolo_labels(tmp_path / "e.txt").shape == (0, 5)
+    with pytest.raises(DataError, match="nope.txt"):
+        read_yolo_labels(tmp_path / "nope.txt", missing_ok=False)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("0 0.5 0.5 0.1", "4 columns"),
+    ("0 0.5 0.5 0.1 0.1 0.3", "6 columns"),
+    ("0,0.5,0.5,0.1,0.1", "comma"),
+    ("0 nan 0.5 0.1 0.1", "NaN"),
+    ("0 0.5 inf 0.1 0.1", "NaN or inf"),
+    ("5 0.5 0.5 0.1 0.1", "out of range"),
+    ("-1 0.5 0.5 0.1 0.1", "out of range"),
+    ("1.5 0.5 0.5 0.1 0.1", "out of range"),
+    ("0 0.5 0.5 -0.1 0.1", "<= 0"),
+    ("0 0.5 0.5 0.1 0", "<= 0"),
+    ("0 0.99 0.5 0.1 0.1", "outside"),
+    ("0 abc 0.5 0.1 0.1", "not a number"),
+])
+def test_excluding_rules(text, fragment):
+    check = parse_yolo_labels(text, num_classes=3)
+    assert check.error is not None and fragment in check.error
+    assert check.rows.shape == (0, 5)
+
+
+def test_clip_and_duplicates_are_fixed():
+    check = parse_yolo_labels("0 0.5 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n1 0.004 0.5 0.02 0.2\n", num_classes=2)
+    assert check.error is None
+    assert len(check.rows) == 2
+    assert any("duplicate" in f for f in check.fixes)
+    assert any("clipped" in f for f in check.fixes)
+    x1 = check.rows[1, 1] - check.rows[1, 3] / 2
+    assert x1 == pytest.approx(0.0, abs=1e-6)
+
+
+def test_read_raises_with_file_name(tmp_path):
+    (tmp_path / "bad.txt").write_text("0 0.5 0.5 0.1\n")
+    with pytest.raises(DataError, match="bad.txt.*line 1"):
+        read_yolo_labels(tmp_path / "bad.txt")
+
+
+def test_convert_voc(tmp_path):
+    xml = """<annotation><filename>img1.jpg</filename><size><width>200</width><height>100</height></size>
+    <object><name>Dead</name><bndbox><xmin>10</xmin><ymin>20</ymin><xmax>50</xmax><ymax>60</ymax></bndbox></object>
+    <object><name>car</name><bndbox><xmin>0</xmin><ymin>0</ymin><xmax>300</xmax><ymax>100</ymax></bndbox></object>
+    </annotation>"""
+    (tmp_path / "a.xml").write_text(xml)
+    report = convert_voc([tmp_path / "a.xml"], tmp_path / "out", names=["tree"], mapping={"Dead": "tree"})
+    rows = read_yolo_labels(tmp_path / "out" / "img1.txt")
+    np.testing.assert_allclose(rows, [[0, 0.15, 0.4, 0.2, 0.4]], atol=1e-6)
+    assert report.skipped and "car" in report.skipped[0][0]
+    assert (tmp_path / "out" / "classes.names").read_text() == "tree\n"
+
+
+def test_convert_coco(tmp_path):
+    doc = {
+        "images": [{"id": 1, "file_name": "x/a.jpg", "width": 100, "height": 50},
+                   {"id": 2, "file_name": "b.png", "width": 10, "height": 10}],
+        "categories": [{"id": 7, "name": "dog"}, {"id": 3, "name": "cat"}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [10, 5, 20, 10]},
+                        {"id": 2, "image_id": 1, "category_id": 3, "bbox": [0, 0, 0, 10]},
+                        {"id": 3, "image_id": 1, "category_id": 3, "bbox": [0, 0, 5, 5], "iscrowd": 1}],
+    }
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    report = convert_coco(tmp_path / "c.json", tmp_path / "out")
+    assert report.names == ["cat", "dog"]
+    rows = read_yolo_labels(tmp_path / "out" / "a.txt")
+    np.testing.assert_allclose(rows, [[1, 0.2, 0.2, 0.2, 0.2]], atol=1e-6)
+    assert (tmp_path / "out" / "b.txt").read_text() == ""
+    assert len(report.skipped) == 2
