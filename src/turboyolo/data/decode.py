@@ -155,10 +155,11 @@ def probe_image(path: str | Path) -> tuple[int, int, str]:
         with Image.open(path) as img:
             fmt = img.format or "?"
             width, height = img.size
-            orientation = _orientation(img)
             if fmt == "PNG":
-                img.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+                img.verify()  # chunk CRCs through IEND; must come first, and leaves img unusable
+        with Image.open(path) as img:
+            orientation = _orientation(img)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, RuntimeError) as err:
         raise DataError(f"{path}: not a readable image ({err})") from None
     if fmt in _JPEG_FORMATS:
         with open(path, "rb") as handle:
