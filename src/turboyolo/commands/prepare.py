@@ -12,8 +12,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", choices=("train", "val", "all"), default="all", help="which split(s)")
     parser.add_argument("--out", help="cache folder (default: $TURBOYOLO_CACHE/prepared/...)")
     parser.add_argument("--workers", type=int, help="decode processes (default: all CPUs)")
-    parser.add_argument("--memory", choices=("disk", "ram"), default="disk",
-                        help="check the size against free disk (default) or free RAM")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -182,6 +182,11 @@ def hsv_table(rng: np.random.Generator, hue: float, saturation: float, exposure:
     ds = ds if rng.random() < 0.5 else 1 / ds
     dv = rng.uniform(1, exposure)
     dv = dv if rng.random() < 0.5 else 1 / dv
+    return hsv_table_from(dh, ds, dv)
+
+
+def hsv_table_from(dh: float, ds: float, dv: float) -> np.ndarray:
+    """The lookup table for a hue shift ``dh`` (fraction of the circle) and S/V factors ``ds``/``dv``."""
     x = np.arange(256, dtype=np.float64)
     lut_h = np.mod(np.round(x + dh * 180), 180)
     lut_s = np.clip(np.round(x * ds), 0, 255)

@@ -1,0 +1,271 @@
+"""Prepared cache: every image decoded once, pre-resized to the largest training size, as uint8.
+
+On disk it is one flat file ``images.u8`` (memory-mapped, so forked loader workers share the page
+cache) plus ``index.json`` written last (its presence means the build finished). The index records,
+per image, the byte offset, stored (h, w), original (h, w), the source file's path, size and mtime,
+and a CRC-32 of the stored pixels; and the prepare parameters. Opening checks the parameters and
+every source key (stale -> rebuild) and, by default, the CRCs (corrupt -> rebuild).
+``memory="ram"`` builds the same thing in an anonymous array (the training command's ``--cache ram``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from turboyolo.data.decode import decode_image, probe_image, target_size
+from turboyolo.data.scan import Sample
+from turboyolo.errors import DataError
+
+CACHE_VERSION = 1
+HEADROOM = 0.9  # use at most this fraction of the free RAM / disk
+
+
+@dataclass
+class CacheEntry:
+    offset: int
+    hw: tuple[int, int]  # stored (h, w); (0, 0) when the image failed to decode at build time
+    orig_hw: tuple[int, int]
+    path: str
+    file_size: int
+    mtime_ns: int
+    crc: int
+    error: str = ""
+
+
+def _source_key(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _planned_hw(sample: Sample, size: int) -> tuple[int, int]:
+    hw = sample.hw if sample.hw is not None else probe_image(sample.image)[:2]
+    w, h = target_size(hw[1], hw[0], size)
+    return h, w
+
+
+def estimate_bytes(samples: Sequence[Sample], size: int) -> int:
+    """Bytes the cache of ``samples`` at ``size`` will take (exact when the samples carry ``hw``)."""
+    total = 0
+    for sample in samples:
+        h, w = _planned_hw(sample, size)
+        total += h * w * 3
+    return total
+
+
+def available_bytes(memory: str, where: Path) -> int:
+    """Free RAM (MemAvailable) or free disk space at ``where``."""
+    if memory == "ram":
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    probe = where
+    while not probe.exists():
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+class PreparedCache:
+    """Decoded, pre-resized images by sample index: ``get(i) -> (uint8 [h, w, 3], orig_hw)``."""
+
+    def __init__(self, root: Path | None, size: int, entries: list[CacheEntry], data: np.ndarray):
+        self.root, self.size, self.entries, self.data = root, size, entries, data
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.size)
+
+    @property
+    def failed(self) -> list[tuple[str, str]]:
+        """(path, reason) of images that could not be decoded when the cache was built."""
+        return [(e.path, e.error) for e in self.entries if e.error]
+
+    def get(self, index: int) -> tuple[np.ndarray, tuple[int, int]]:
+        entry = self.entries[index]
+        if entry.error:
+            raise DataError(f"{entry.path}: {entry.error} (at prepare time)")
+        h, w = entry.hw
+        return self.data[entry.offset:entry.offset + h * w * 3].reshape(h, w, 3), entry.orig_hw
+
+    # ----------------------------------------------------------------- open / build
+
+    @staticmethod
+    def _params(size: int) -> dict:
+        return {"version": CACHE_VERSION, "size": size, "decode": "reduced-jpeg+area/linear"}
+
+    @classmethod
+    def open(cls, root: Path, samples: Sequence[Sample], size: int, verify: bool = True
+             ) -> tuple[PreparedCache | None, str]:
+        """The valid cache at ``root`` for exactly these samples, or (None, why it is not usable)."""
+        index_path, data_path = root / "index.json", root / "images.u8"
+        if not index_path.is_file() or not data_path.is_file():
+            return None, "no cache yet"
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            entries = [CacheEntry(e["offset"], tuple(e["hw"]), tuple(e["orig_hw"]), e["path"], e["file_size"],
+                                  e["mtime_ns"], e["crc"], e.get("error", "")) for e in index["entries"]]
+        except (ValueError, KeyError, TypeError) as err:
+            return None, f"index unreadable ({err!r})"
+        if index.get("params") != cls._params(size):
+            return None, f"built with other parameters {index.get('params')}"
+        if len(entries) != len(samples):
+            return None, f"{len(entries)} images cached, data set has {len(samples)}"
+        for entry, sample in zip(entries, samples, strict=True):
+            try:
+                key = _source_key(sample.image)
+            except OSError:
+                key = None
+            if entry.path != str(sample.image) or key != (entry.file_size, entry.mtime_ns):
+                return None, f"stale: {sample.image} changed since the cache was built"
+        if data_path.stat().st_size != index.get("total_bytes"):
+            return None, "corrupt: data file has the wrong size"
+        data = np.memmap(data_path, dtype=np.uint8, mode="r")
+        if verify:
+            for entry in entries:
+                h, w = entry.hw
+                if not entry.error and zlib.crc32(data[entry.offset:entry.offset + h * w * 3]) != entry.crc:
+                    return None, f"corrupt: pixels of {entry.path} do not match their checksum"
+        return cls(root, size, entries, data), "ok"
+
+    @classmethod
+    def build(cls, root: Path | None, samples: Sequence[Sample], size: int, workers: int | None = None
+              ) -> PreparedCache:
+        """Decode every sample into a new cache at ``root`` (``None``: in RAM)."""
+        plans = [_planned_hw(s, size) for s in samples]
+        offsets = np.concatenate([[0], np.cumsum([h * w * 3 for h, w in plans])]).astype(np.int64)
+        total = int(offsets[-1])
+        if root is None:
+            data = np.empty(total, np.uint8)
+            target = None
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "index.json").unlink(missing_ok=True)  # invalid until the build completes
+            target = root / "images.u8.part"
+            with open(target, "wb") as handle:
+                handle.truncate(total)
+            data = np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
+        jobs = [(str(s.image), size, int(offsets[i]), plans[i]) for i, s in enumerate(samples)]
+        workers = workers if workers is not None else (os.cpu_count() or 1)
+        if root is not None and workers > 1 and len(jobs) > 1:
+            with ProcessPoolExecutor(workers, mp_context=_fork_context()) as pool:
+                chunk = max(1, len(jobs) // (workers * 8))
+                results = list(pool.map(_decode_into, [(str(target), total, job) for job in jobs],
+                                        chunksize=chunk))
+        else:
+            results = [_decode_into((None, total, job), data) for job in jobs]
+        entries = []
+        for (path, _, offset, plan), (orig_hw, crc, error) in zip(jobs, results, strict=True):
+            try:
+                file_size, mtime_ns = _source_key(Path(path))
+            except OSError:
+                file_size, mtime_ns = 0, 0
+            entries.append(CacheEntry(offset, (0, 0) if error else plan, orig_hw, path, file_size, mtime_ns,
+                                      crc, error))
+        if root is None:
+            return cls(None, size, entries, data)
+        data.flush()
+        del data
+        os.replace(target, root / "images.u8")
+        index = {"params": cls._params(size), "total_bytes": total,
+                 "entries": [vars(e) | {"hw": list(e.hw), "orig_hw": list(e.orig_hw)} for e in entries]}
+        tmp = root / "index.json.part"
+        tmp.write_text(json.dumps(index), encoding="utf-8")
+        os.replace(tmp, root / "index.json")
+        return cls(root, size, entries, np.memmap(root / "images.u8", dtype=np.uint8, mode="r"))
+
+
+def _fork_context():
+    import multiprocessing
+
+    return multiprocessing.get_context("fork") if sys.platform != "win32" else None
+
+
+def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, int], int, str]:
+    """Decode one image into its slot; returns (orig_hw, crc32, error). Runs in a worker process."""
+    target, total, (path, size, offset, plan) = job_spec
+    try:
+        image, orig_hw = decode_image(path, size)
+    except DataError as err:
+        return (0, 0), 0, str(err).removeprefix(f"{path}: ")
+    if image.shape[:2] != tuple(plan):
+        return orig_hw, 0, f"decoded size {image.shape[:2]} differs from the scanned size {tuple(plan)}"
+    flat = image.reshape(-1)
+    if data is None:
+        data = np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
+    data[offset:offset + flat.size] = flat
+    return orig_hw, zlib.crc32(flat), ""
+
+
+def default_cache_root(data_path: str | Path, split: str, size: int) -> Path:
+    """``$TURBOYOLO_CACHE/prepared/<data stem>-<split>-<size>-<hash of the data path>``."""
+    from turboyolo.assets import cache_dir
+
+    digest = hashlib.sha1(str(Path(data_path).resolve()).encode()).hexdigest()[:12]
+    return cache_dir() / "prepared" / f"{Path(data_path).stem}-{split}-{size}-{digest}"
+
+
+def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None, *, memory: str = "disk",
+                  workers: int | None = None, verify: bool = True, log=print) -> PreparedCache:
+    """Open the valid cache at ``root`` or (re)build it; ``memory="ram"`` builds in RAM instead.
+
+    The size is estimated and printed first; when free RAM or disk cannot hold it, refuse.
+
+    Raises:
+        DataError: not enough space (with the numbers), or ``root`` missing for a disk cache.
+    """
+    if memory not in ("disk", "ram"):
+        raise DataError(f"--cache {memory!r}: use ram or disk")
+    if memory == "disk":
+        if root is None:
+            raise DataError("a disk cache needs a folder (default_cache_root gives one)")
+        cache, why = PreparedCache.open(root, samples, size, verify=verify)
+        if cache is not None:
+            log(f"prepared cache {root}: {len(cache)} images, {cache.nbytes / 2**30:.2f} GiB, valid")
+            return cache
+        if why != "no cache yet":
+            log(f"prepared cache {root}: {why}; rebuilding")
+    need = estimate_bytes(samples, size)
+    where = root if root is not None else Path.cwd()
+    free = available_bytes(memory, where)
+    log(f"prepared cache: {len(samples)} images at {size} px need {need / 2**30:.2f} GiB "
+        f"({memory}, {free / 2**30:.2f} GiB free)")
+    if need > HEADROOM * free:
+        raise DataError(f"the prepared cache needs {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of "
+                        f"{memory} is free; use a smaller --img-size, the other --cache kind, or free space")
+    cache = PreparedCache.build(root if memory == "disk" else None, samples, size, workers)
+    if cache.failed:
+        log(f"prepared cache: {len(cache.failed)} image(s) failed to decode; training replaces them:")
+        for path, reason in cache.failed:
+            log(f"  {path}: {reason}")
+    return cache
+
+
+def prepare_command(args) -> int:
+    """``turboyolo prepare`` (see commands/prepare.py for the flags)."""
+    from turboyolo.data.scan import scan_dataset
+
+    splits = ("train", "val") if args.split == "all" else (args.split,)
+    for split in splits:
+        result = scan_dataset(args.data, split)
+        print(result.summary())
+        root = Path(args.out) / split if args.out else default_cache_root(args.data, split, args.img_size)
+        cache = prepare_cache(result.samples, args.img_size, root, memory="disk", workers=args.workers)
+        print(f"{split}: {len(cache)} images -> {cache.root}")
+    return 0

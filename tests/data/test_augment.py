@@ -1,0 +1,156 @@
+"""Augmentation: boxes checked against the warped pixels themselves, letterbox inverse, HSV, rng."""
+
+import cv2
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turboyolo.data.augment import (
+    FILL_VALUE,
+    AugmentParams,
+    apply_hsv,
+    augment_sample,
+    hsv_table_from,
+    letterbox_matrix,
+    sample_rng,
+)
+
+OUT = 128
+
+
+def _box_image(h, w, box):
+    image = np.full((h, w, 3), FILL_VALUE, np.uint8)
+    x1, y1, x2, y2 = box
+    image[y1:y2, x1:x2] = 255
+    return image
+
+
+def _mask_extent(image):
+    mask = image[:, :, 0] > (FILL_VALUE + 255) / 2
+    if not mask.any():
+        return None
+    ys, xs = np.nonzero(mask)
+    return xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+
+
+@st.composite
+def scenes(draw):
+    h = draw(st.integers(40, 160))
+    w = draw(st.integers(40, 160))
+    x1 = draw(st.integers(0, w - 12))
+    y1 = draw(st.integers(0, h - 12))
+    x2 = draw(st.integers(x1 + 12, w))
+    y2 = draw(st.integers(y1 + 12, h))
+    seed = draw(st.integers(0, 2**31 - 1))
+    degrees = draw(st.sampled_from([0.0, 0.0, 30.0]))
+    return h, w, (x1, y1, x2, y2), seed, degrees
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenes())
+def test_boxes_follow_pixels(scene):
+    h, w, box, seed, degrees = scene
+    params = AugmentParams(degrees=degrees, scale=(0.6, 1.5), translate=0.3, jitter=0.3, hue=0.0,
+                           saturation=1.0, exposure=1.0, flip=0.5)
+    labels = np.array([[2, (box[0] + box[2]) / 2 / w, (box[1] + box[3]) / 2 / h,
+                        (box[2] - box[0]) / w, (box[3] - box[1]) / h]], np.float32)
+    rng = sample_rng(seed, 0, 0)
+    out, boxes, matrix = augment_sample(_box_image(h, w, box), labels, (h, w), OUT, params, rng)
+    assert out.shape == (OUT, OUT, 3) and out.dtype == np.uint8
+    extent = _mask_extent(out)
+    # direct computation of the transformed rectangle's hull (unclipped)
+    xs = np.array([box[0], box[2], box[2], box[0]], float)
+    ys = np.array([box[1], box[1], box[3], box[3]], float)
+    px = matrix[0, 0] * xs + matrix[0, 1] * ys + matrix[0, 2]
+    py = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2]
+    hull = np.array([px.min(), py.min(), px.max(), py.max()])
+    clipped = bool(np.any(hull < 0) or np.any(hull > OUT))
+    if len(boxes) == 1:
+        assert boxes[0, 0] == 2
+        cx, cy, bw, bh = boxes[0, 1:] * OUT
+        got = np.array([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2])
+        assert extent is not None
+        assert np.all(got >= 0) and np.all(got <= OUT)
+        np.testing.assert_allclose(got, np.clip(hull, 0, OUT), atol=1e-3)
+        if degrees == 0 or not clipped:
+            # the box is where the pixels are (bilinear edges, pixel hull of a rotated rectangle)
+            np.testing.assert_allclose(got, np.array(extent, float), atol=1.5)
+        else:
+            # a rotated box cut by the border: the clipped hull contains the visible pixels
+            assert got[0] <= extent[0] + 1.5 and got[1] <= extent[1] + 1.5
+            assert got[2] >= extent[2] - 1.5 and got[3] >= extent[3] - 1.5
+    else:
+        # dropped: what is visible must be thin or a small part of the transformed box
+        assert clipped
+        if extent is not None:
+            ew, eh = extent[2] - extent[0], extent[3] - extent[1]
+            hull_area = (hull[2] - hull[0]) * (hull[3] - hull[1])
+            small = ew * eh < params.min_visible * hull_area + 2 * (ew + eh)
+            assert min(ew, eh) < params.min_box_px + 2 or small
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(20, 300), st.integers(20, 300), st.integers(0, 1000))
+def test_letterbox_maps_back_exactly(h, w, seed):
+    rng = np.random.default_rng(seed)
+    cxcy = rng.uniform(0.3, 0.7, size=(3, 2))
+    wh = rng.uniform(0.05, 0.5, size=(3, 2))
+    labels = np.hstack([np.zeros((3, 1)), cxcy, wh]).astype(np.float32)
+    image = np.zeros((h, w, 3), np.uint8)
+    out, boxes, matrix = augment_sample(image, labels, (h, w), OUT, None, None)
+    _, ratio, pad = letterbox_matrix((h, w), OUT)
+    np.testing.assert_allclose(matrix, [[ratio, 0, pad[0]], [0, ratio, pad[1]]])
+    assert len(boxes) == 3
+    net_xy = boxes[:, 1:3] * OUT
+    orig_xy = (net_xy - np.array(pad)) / ratio
+    np.testing.assert_allclose(orig_xy, labels[:, 1:3] * [w, h], atol=2e-3 * max(h, w))
+    np.testing.assert_allclose(boxes[:, 3:5] * OUT / ratio, labels[:, 3:5] * [w, h], atol=2e-3 * max(h, w))
+    assert max(h, w) * ratio == pytest.approx(OUT)
+
+
+def test_letterbox_pixels_sit_where_the_matrix_says():
+    # an image with one bright column: after letterbox it appears at ratio * x + pad
+    h, w = 50, 100
+    image = np.zeros((h, w, 3), np.uint8)
+    image[:, 40:60] = 200
+    out, _, _ = augment_sample(image, np.zeros((0, 5), np.float32), (h, w), 200, None, None)
+    cols = np.nonzero(out[100, :, 0] > 100)[0]
+    assert cols.min() == 80 and cols.max() == 119
+    rows = np.nonzero(out[:, 100, 0] > 150)[0]
+    assert rows.min() == 50 and rows.max() == 149
+    assert out[0, 0, 0] == FILL_VALUE
+
+
+def test_same_rng_same_result_and_different_index_differs():
+    image = np.random.default_rng(0).integers(0, 255, (90, 120, 3), dtype=np.uint8)
+    labels = np.array([[0, 0.5, 0.5, 0.3, 0.3]], np.float32)
+    params = AugmentParams.from_net(angle=10)
+    a = augment_sample(image, labels, (90, 120), 96, params, sample_rng(3, 1, 7))
+    b = augment_sample(image, labels, (90, 120), 96, params, sample_rng(3, 1, 7))
+    c = augment_sample(image, labels, (90, 120), 96, params, sample_rng(3, 1, 8))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+
+
+def test_hsv_lut_semantics():
+    red = np.zeros((4, 4, 3), np.uint8)
+    red[..., 0] = 255
+    green = apply_hsv(red.copy(), hsv_table_from(1 / 3, 1.0, 1.0))  # +120 degrees
+    np.testing.assert_array_equal(green[0, 0], [0, 255, 0])
+    img = np.random.default_rng(1).integers(0, 120, (16, 16, 3), dtype=np.uint8)
+    brighter = apply_hsv(img.copy(), hsv_table_from(0.0, 1.0, 2.0))
+    np.testing.assert_allclose(brighter.astype(int), np.clip(img.astype(int) * 2, 0, 255), atol=6)
+    gray = apply_hsv(img.copy(), hsv_table_from(0.0, 0.0 + 1e-9, 1.0))
+    assert np.abs(gray.astype(int) - gray.max(axis=2, keepdims=True)).max() <= 1  # saturation ~0
+    np.testing.assert_array_equal(gray.max(axis=2), cv2.cvtColor(img, cv2.COLOR_RGB2HSV)[..., 2])
+
+
+def test_from_net_and_validation():
+    p = AugmentParams.from_net(angle=5, saturation=1.5, exposure=1.4, hue=0.05, jitter=0.2, flip=False)
+    assert (p.degrees, p.saturation, p.exposure, p.hue, p.jitter, p.flip) == (5, 1.5, 1.4, 0.05, 0.2, 0.0)
+    with pytest.raises(ValueError):
+        AugmentParams(saturation=0.5)
+    with pytest.raises(ValueError):
+        AugmentParams(scale=(1.5, 1.0))

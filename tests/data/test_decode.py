@@ -1,0 +1,71 @@
+"""Decode: reduced-size JPEG, every mode to RGB uint8, EXIF orientation, errors name the file."""
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from turboyolo.data.decode import decode_image, load_image, probe_image
+from turboyolo.errors import DataError
+
+
+def _gradient(h, w):
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (h + w)], axis=2).astype(np.uint8)
+
+
+def test_reduced_jpeg_matches_full_decode_then_resize(tmp_path):
+    image = _gradient(600, 800)
+    Image.fromarray(image).save(tmp_path / "a.jpg", quality=95)
+    small, orig_hw = decode_image(tmp_path / "a.jpg", 100)
+    assert small.shape == (75, 100, 3) and orig_hw == (600, 800) and small.dtype == np.uint8
+    reference = cv2.resize(load_image(tmp_path / "a.jpg"), (100, 75), interpolation=cv2.INTER_AREA)
+    assert np.abs(small.astype(int) - reference.astype(int)).mean() < 2.0
+    assert load_image(tmp_path / "a.jpg").shape == (600, 800, 3)
+    assert load_image(tmp_path / "a.jpg", 1000).shape == (750, 1000, 3)  # enlarged (linear)
+
+
+@pytest.mark.parametrize("mode", ["L", "RGBA", "P", "CMYK", "I;16", "LA", "1"])
+def test_modes_become_rgb(tmp_path, mode):
+    base = Image.fromarray(_gradient(30, 40))
+    if mode == "I;16":
+        img = Image.fromarray(np.asarray(base.convert("L")).astype(np.uint16) * 257)
+        path = tmp_path / "x.png"
+    else:
+        img = base.convert(mode)
+        path = tmp_path / ("x.jpg" if mode == "CMYK" else "x.png")
+    img.save(path)
+    out = load_image(path)
+    assert out.shape == (30, 40, 3) and out.dtype == np.uint8 and out.flags.c_contiguous
+    if mode == "I;16":  # 16-bit scaled down, not clipped
+        np.testing.assert_allclose(out[..., 0], np.asarray(base.convert("L")), atol=1)
+    if mode == "CMYK":
+        assert np.abs(out.astype(int) - _gradient(30, 40).astype(int)).mean() < 12
+
+
+def test_exif_orientation(tmp_path):
+    image = np.zeros((20, 40, 3), np.uint8)
+    image[:, :10] = 255  # white on the left
+    pil = Image.fromarray(image)
+    exif = pil.getexif()
+    exif[0x0112] = 6  # viewer rotates 90 degrees clockwise
+    pil.save(tmp_path / "r.jpg", exif=exif, quality=95)
+    out, orig_hw = decode_image(tmp_path / "r.jpg")
+    assert out.shape == (40, 20, 3) and orig_hw == (40, 20)
+    assert out[:10, :, 0].mean() > 200 and out[30:, :, 0].mean() < 50  # white now on top
+    assert probe_image(tmp_path / "r.jpg")[:2] == (40, 20)
+    small, orig = decode_image(tmp_path / "r.jpg", 20)
+    assert small.shape == (20, 10, 3) and orig == (40, 20)
+
+
+def test_bad_files_raise_naming_the_file(tmp_path):
+    (tmp_path / "zero.jpg").write_bytes(b"")
+    (tmp_path / "text.jpg").write_text("not an image")
+    Image.fromarray(_gradient(200, 200)).save(tmp_path / "full.jpg")
+    data = (tmp_path / "full.jpg").read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    for name in ("zero.jpg", "text.jpg", "cut.jpg", "missing.jpg"):
+        with pytest.raises(DataError, match=name):
+            load_image(tmp_path / name)
+        with pytest.raises(DataError, match=name):
+            probe_image(tmp_path / name)

@@ -1,0 +1,97 @@
+"""The scan on a corpus of bad files: each one reported with the right reason; loader still full."""
+
+import numpy as np
+from data_synth import make_dataset
+from PIL import Image
+
+from turboyolo.data.augment import AugmentParams
+from turboyolo.data.loader import build_loader
+from turboyolo.data.scan import scan_dataset
+
+
+def _write_corpus(root):
+    make_dataset(root, count=6)
+    images, labels = root / "images", root / "labels"
+    good = Image.open(images / "img000.jpg").convert("RGB")
+    data = (images / "img000.jpg").read_bytes()
+    (images / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (images / "zero.jpg").write_bytes(b"")
+    (images / "text.jpg").write_text("hello")
+    good.convert("CMYK").save(images / "cmyk.jpg")
+    Image.fromarray(np.arange(64 * 48, dtype=np.uint16).reshape(48, 64) * 20).save(images / "gray16.png")
+    good.convert("RGBA").save(images / "rgba.png")
+    exif = good.getexif()
+    exif[0x0112] = 8
+    good.save(images / "rotated.jpg", exif=exif)
+    bad_labels = {
+        "classrange": "7 0.5 0.5 0.1 0.1\n",
+        "nan": "0 nan 0.5 0.1 0.1\n",
+        "commas": "0,0.5,0.5,0.1,0.1\n",
+        "fourcols": "0 0.5 0.5 0.1\n",
+        "negsize": "0 0.5 0.5 -0.1 0.1\n",
+        "duplicates": "1 0.5 0.5 0.1 0.1\n1 0.5 0.5 0.1 0.1\n0 0.2 0.2 0.1 0.1\n",
+        "clipped": "0 0.996 0.5 0.02 0.1\n",
+        "faroutside": "0 0.9 0.5 0.4 0.1\n",
+    }
+    for stem, text in bad_labels.items():
+        good.save(images / f"{stem}.jpg")
+        (labels / f"{stem}.txt").write_text(text)
+    good.save(images / "nolabel.jpg")
+    for stem in ("cmyk", "gray16", "rgba", "rotated"):
+        (labels / f"{stem}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+
+
+def test_bad_corpus_reasons(tmp_path, isolated_cache):
+    _write_corpus(tmp_path)
+    result = scan_dataset(tmp_path / "images", "train", report_path=tmp_path / "report.txt")
+    excluded = {p.split("/")[-1]: r for p, r in result.excluded}
+    fixed = {p.split("/")[-1]: r for p, r in result.fixed}
+    assert set(excluded) == {"truncated.jpg", "zero.jpg", "text.jpg", "classrange.jpg", "nan.jpg",
+                             "commas.jpg", "fourcols.jpg", "negsize.jpg", "faroutside.jpg"}
+    assert "truncated" in excluded["truncated.jpg"].lower()
+    assert "zero-byte" in excluded["zero.jpg"]
+    assert "not a readable image" in excluded["text.jpg"]
+    assert "out of range" in excluded["classrange.jpg"]
+    assert "NaN" in excluded["nan.jpg"]
+    assert "comma" in excluded["commas.jpg"]
+    assert "4 columns" in excluded["fourcols.jpg"]
+    assert "<= 0" in excluded["negsize.jpg"]
+    assert "outside" in excluded["faroutside.jpg"]
+    assert set(fixed) == {"duplicates.jpg", "clipped.jpg"}
+    assert "duplicate" in fixed["duplicates.jpg"] and "clipped" in fixed["clipped.jpg"]
+    by_name = {s.image.name: s for s in result.samples}
+    assert len(by_name["duplicates.jpg"].labels) == 2
+    good_hw = by_name["img000.jpg"].hw
+    assert by_name["rotated.jpg"].hw == good_hw[::-1] and good_hw[0] != good_hw[1]
+    assert len(by_name["nolabel.jpg"].labels) == 0
+    assert {"cmyk.jpg", "gray16.png", "rgba.png", "rotated.jpg"} <= set(by_name)
+    assert result.found == 6 + 3 + 4 + 8 + 1 + 0 and len(result.samples) == result.found - 9
+    assert result.background == 1
+    line = result.summary()
+    assert f"{result.found} images found" in line and "9 excluded" in line and "2 fixed" in line
+    report = (tmp_path / "report.txt").read_text()
+    for name in list(excluded) + list(fixed):
+        assert name in report
+
+    again = scan_dataset(tmp_path / "images", "train")
+    assert again.cached == again.found and again.summary().split(" (")[0] == line.split(" (")[0]
+    (tmp_path / "labels" / "nolabel.txt").write_text("0 0.5 0.5 0.5 0.5\n")
+    third = scan_dataset(tmp_path / "images", "train")
+    assert third.cached == third.found - 1 and third.background == 0
+
+
+def test_loader_survives_files_breaking_after_scan(tmp_path, isolated_cache):
+    _write_corpus(tmp_path)
+    result = scan_dataset(tmp_path / "images", "train")
+    broken = [s.image for s in result.samples[:3]]
+    for path in broken:
+        path.write_bytes(b"")  # breaks after the scan
+    loader = build_loader(result.samples, img_size=64, batch_size=4, augment=AugmentParams.from_net(),
+                          workers=0, shuffle=True, seed=1)
+    sizes = [len(metas) for _, _, metas in loader]
+    full, rest = divmod(len(result.samples), 4)
+    assert sizes == [4] * full + ([rest] if rest else [])
+    assert loader.replaced_count == 3
+    assert {p for p, _ in loader.replaced} == {str(p) for p in broken}
+    assert "zero-byte" in loader.replaced[0][1] or "unreadable" in loader.replaced[0][1]
+    assert loader.replaced_summary() is not None
