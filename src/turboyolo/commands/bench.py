@@ -1,8 +1,19 @@
-"""``turboyolo bench data``: images/s (and per core) of the data pipeline, cold and warm."""
+"""``turboyolo bench data``: images/s (and per core) of the data pipeline, cold and warm.
+
+Definitions: per core = images / CPU-seconds of all loader processes (main and workers, user + system);
+hand-off = main-process CPU time per image spent receiving, collating and pinning, measured with at
+least one worker so that the main process does nothing else.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,15 +23,137 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--img-size", type=int, default=416, help="network input size")
     data.add_argument("--workers", "--n-cpu", type=int, default=0, help="loader processes (0 = in-process)")
     data.add_argument("--batch-size", type=int, default=16, help="images per batch")
-    data.add_argument("--images", type=int, default=64, help="images per measurement")
+    data.add_argument("--images", type=int, default=256, help="images per measurement (epochs repeat)")
     data.add_argument("--split", default="train", help="train or val")
     data.add_argument("--cache-dir", help="prepared cache folder for the warm path (default: a temp folder)")
 
 
+@dataclass
+class Measurement:
+    images: int
+    wall_s: float
+    cpu_s: float  # main + workers
+    main_cpu_s: float
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.wall_s
+
+    @property
+    def images_per_core_s(self) -> float:
+        return self.images / max(self.cpu_s, 1e-9)
+
+    @property
+    def main_ms_per_image(self) -> float:
+        return 1000 * self.main_cpu_s / self.images
+
+
+def _process_cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_loader(loader, images: int) -> Measurement:
+    """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch.
+
+    CPU time counts the main process (all threads, including pinning) and every live worker.
+    """
+    epoch = 0
+    loader.set_epoch(epoch)
+    iterator = iter(loader)
+    next(iterator)  # warm-up: workers started, first batch in flight
+    workers = _worker_pids(loader)
+    start_wall, start_main = time.perf_counter(), _self_cpu_s()
+    start_workers = sum(_process_cpu_s(p) for p in workers)
+    seen = 0
+    while seen < images:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            epoch += 1
+            loader.set_epoch(epoch)
+            iterator = iter(loader)
+            continue
+        seen += batch[0].shape[0]
+    wall = time.perf_counter() - start_wall
+    main = _self_cpu_s() - start_main
+    worker_cpu = sum(_process_cpu_s(p) for p in workers) - start_workers
+    del iterator
+    return Measurement(seen, wall, main + worker_cpu, main)
+
+
+def _worker_pids(loader) -> list[int]:
+    """PIDs of the persistent DataLoader workers behind a DetectionLoader (empty when in-process)."""
+    inner = getattr(loader, "_loader", None)
+    it = getattr(inner, "_iterator", None)
+    return [w.pid for w in getattr(it, "_workers", [])] if it is not None else []
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def bench_data(data: str | Path, *, split: str = "train", img_size: int = 416, workers: int = 0,
+               batch_size: int = 16, images: int = 256, cache_dir: str | Path | None = None, log=print
+               ) -> dict:
+    """Measure cold/warm x augment/no-augment and the hand-off; returns the numbers, logs a table."""
+    import cv2
+    import torch
+
+    from turboyolo.data.augment import AugmentParams
+    from turboyolo.data.cache import prepare_cache
+    from turboyolo.data.loader import build_loader
+    from turboyolo.data.scan import scan_dataset
+
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+    scan = scan_dataset(data, split)
+    log(scan.summary())
+    samples = scan.samples
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(cache_dir) if cache_dir else Path(tmp) / "prepared"
+        cache = prepare_cache(samples, img_size, root, workers=max(1, workers), log=log)
+        log(f"bench data: {len(samples)} images, img-size {img_size}, workers {workers}, batch {batch_size}, "
+            f"{images} images per row; CPU {cpu_model()}, {os.cpu_count()} cores")
+        results = {}
+        augment = AugmentParams.from_net()
+        for path_name, path_cache in (("cold", None), ("warm", cache)):
+            for aug_name, aug in (("augment", augment), ("no augment", None)):
+                loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=aug,
+                                      workers=workers, shuffle=True, cache=path_cache)
+                m = measure_loader(loader, images)
+                del loader
+                results[(path_name, aug_name)] = m
+                source = "original files" if path_cache is None else "prepared cache"
+                label = f"{path_name} ({source}), {aug_name}"
+                log(f"  {label:<42} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core")
+        loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=augment,
+                              workers=max(1, workers), shuffle=True, cache=cache)
+        handoff = measure_loader(loader, images)
+        del loader
+        log(f"  hand-off (main process, receive + collate + pin): {handoff.main_ms_per_image:.3f} ms per "
+            f"image ({max(1, workers)} worker(s), pin_memory={torch.cuda.is_available()})")
+        results["handoff_ms"] = handoff.main_ms_per_image
+    return results
+
+
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.data.bench import bench_data_command
     from turboyolo.errors import TurboYoloError
 
     if args.what != "data":
         raise TurboYoloError("usage: turboyolo bench data --data X [--img-size 416] [--workers N]")
-    return bench_data_command(args)
+    bench_data(args.data, split=args.split, img_size=args.img_size, workers=args.workers,
+               batch_size=args.batch_size, images=args.images, cache_dir=args.cache_dir)
+    return 0
