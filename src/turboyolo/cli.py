@@ -19,11 +19,6 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("detect", "detect", "run a model on images and save drawings, YOLO labels and COCO json"),
     ("fetch", "fetch", "download a pinned asset (weights, sample data) into the cache"),
     ("cfg", "cfg", "write a Darknet .cfg for yolov3 / yolov3-tiny / yolov3-spp with N classes"),
-    ("convert", "convert", "import Pascal VOC XML or COCO JSON labels into YOLO format"),
-    ("prepare", "prepare", "build the decode-once cache of pre-resized images"),
-    ("bench", "bench", "measure the data pipeline (images/s, per core, hand-off)"),
-    ("train", "train", "train a model from a Darknet .cfg on a data set"),
-    ("test", "test", "evaluate weights or a checkpoint on a data split (mAP@0.5, mAP@0.5:0.95)"),
     ("demo", "demo", "the main job on real sample data (what `make demo` runs)"),
 ]
 
@@ -45,7 +40,11 @@ def add_model_flags(parser: argparse.ArgumentParser, weights_required: bool = Fa
     """``--cfg`` (alias ``--model``, ``-m``) and ``--weights`` (alias ``--pretrained-weights``)."""
     parser.add_argument("-m", "--cfg", "--model", dest="cfg", help="Darknet .cfg of the network")
     parser.add_argument(
-        "-w", "--weights", "--pretrained-weights", dest="weights", required=weights_required,
+        "-w",
+        "--weights",
+        "--pretrained-weights",
+        dest="weights",
+        required=weights_required,
         help="Darknet .weights or a turboyolo checkpoint (.pt)",
     )
 

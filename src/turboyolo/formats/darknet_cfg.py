@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from turboyolo.errors import ConfigError
 
@@ -115,7 +115,7 @@ class YoloSpec:
     line: int = field(default=0, compare=False)
 
 
-LayerSpec = Union[ConvSpec, MaxPoolSpec, UpsampleSpec, RouteSpec, ShortcutSpec, YoloSpec]
+LayerSpec = ConvSpec | MaxPoolSpec | UpsampleSpec | RouteSpec | ShortcutSpec | YoloSpec
 
 SECTION_OF = {
     ConvSpec: "convolutional",
@@ -156,7 +156,9 @@ UNSUPPORTED_KEYS = {
     "upsample": {"scale"},
     "net": set(),
 }
-UNSUPPORTED_SECTIONS_HINT = "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"
+UNSUPPORTED_SECTIONS_HINT = (
+    "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"
+)
 
 
 class _Section:
@@ -175,11 +177,11 @@ class _Section:
             if required:
                 raise ConfigError(f"{self.where()}: [{self.name}] needs `{key}=`; add it")
             return default
-        raw, _ = self.values.pop(key)
+        raw, line = self.values.pop(key)
         try:
             return convert(raw)
         except (ValueError, TypeError) as err:
-            raise ConfigError(f"{self.where(key)}: `{key}={raw}` is not a valid value ({err})") from err
+            raise ConfigError(f"{self.path}:{line}: `{key}={raw}` is not a valid value ({err})") from err
 
     def leftovers(self, warned: set[str]) -> tuple[tuple[str, str], ...]:
         for key in self.values:
@@ -193,8 +195,9 @@ class _Section:
             tag = f"{self.name}.{key}"
             if tag not in warned:
                 warned.add(tag)
-                warnings.warn(f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored",
-                              stacklevel=4)
+                warnings.warn(
+                    f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored", stacklevel=4
+                )
         return extra
 
 
@@ -243,7 +246,13 @@ def _read_sections(text: str, path: str) -> list[_Section]:
         if not key or not value:
             raise ConfigError(f"{path}:{number}: empty key or value in {raw_line.strip()!r}")
         if key in sections[-1].values:
-            raise ConfigError(f"{path}:{number}: `{key}` given twice in [{sections[-1].name}]")
+            first = sections[-1].values[key][1]
+            warnings.warn(
+                f"{path}:{number}: `{key}` given again in [{sections[-1].name}]; the first value "
+                f"(line {first}) is used, as Darknet does",
+                stacklevel=3,
+            )
+            continue
         sections[-1].values[key] = (value, number)
     return sections
 
@@ -349,8 +358,9 @@ def _build_layer(sec: _Section, warned: set[str]) -> LayerSpec:
     if sec.name == "upsample":
         return UpsampleSpec(stride=sec.take("stride", _int, 2), extra=sec.leftovers(warned), line=sec.line)
     if sec.name == "route":
-        return RouteSpec(layers=sec.take("layers", _ints, required=True), extra=sec.leftovers(warned),
-                         line=sec.line)
+        return RouteSpec(
+            layers=sec.take("layers", _ints, required=True), extra=sec.leftovers(warned), line=sec.line
+        )
     if sec.name == "shortcut":
         return _shortcut(sec, warned)
     if sec.name == "yolo":
@@ -375,7 +385,9 @@ def parse_cfg(path: str | Path) -> ModelSpec:
     try:
         text = path.read_text()
     except FileNotFoundError as err:
-        raise ConfigError(f"{path}: no such cfg file; give a Darknet .cfg or write one with `turboyolo cfg`") from err
+        raise ConfigError(
+            f"{path}: no such cfg file; give a Darknet .cfg or write one with `turboyolo cfg`"
+        ) from err
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read as a text .cfg ({err})") from err
     return parse_cfg_text(text, str(path))
@@ -393,12 +405,20 @@ def validate(spec: ModelSpec) -> None:
     if len(classes) > 1:
         raise ConfigError(f"{where}: [yolo] layers disagree on classes ({sorted(classes)}); use one count")
     for index, layer in enumerate(spec.layers):
-        refs = layer.layers if isinstance(layer, RouteSpec) else (layer.from_,) if isinstance(layer, ShortcutSpec) else ()
+        refs = (
+            layer.layers
+            if isinstance(layer, RouteSpec)
+            else (layer.from_,)
+            if isinstance(layer, ShortcutSpec)
+            else ()
+        )
         for ref in refs:
             target = resolve_index(ref, index)
             if not 0 <= target < index:
-                raise ConfigError(f"{where}:{layer.line}: layer {index} refers to layer {target}, which is "
-                                  f"not an earlier layer")
+                raise ConfigError(
+                    f"{where}:{layer.line}: layer {index} refers to layer {target}, which is "
+                    f"not an earlier layer"
+                )
         if isinstance(layer, YoloSpec):
             prev = spec.layers[index - 1] if index else None
             want = len(layer.mask) * (layer.classes + 5)
@@ -459,9 +479,14 @@ def _layer_lines(layer: LayerSpec) -> list[str]:
     elif isinstance(layer, YoloSpec):
         anchors = ",  ".join(f"{_fmt(w)},{_fmt(h)}" for w, h in layer.anchors)
         lines += [
-            f"mask = {_fmt(layer.mask)}", f"anchors = {anchors}", f"classes={layer.classes}",
-            f"num={layer.num}", f"jitter={_fmt(layer.jitter)}", f"ignore_thresh = {_fmt(layer.ignore_thresh)}",
-            f"truth_thresh = {_fmt(layer.truth_thresh)}", f"random={int(layer.random)}",
+            f"mask = {_fmt(layer.mask)}",
+            f"anchors = {anchors}",
+            f"classes={layer.classes}",
+            f"num={layer.num}",
+            f"jitter={_fmt(layer.jitter)}",
+            f"ignore_thresh = {_fmt(layer.ignore_thresh)}",
+            f"truth_thresh = {_fmt(layer.truth_thresh)}",
+            f"random={int(layer.random)}",
         ]
     return lines
 

@@ -42,10 +42,12 @@ def read_weights(path: str | Path) -> tuple[WeightsHeader, np.ndarray]:
     header = WeightsHeader(major, minor, revision)
     seen_bytes = 8 if header.seen_is_64bit else 4
     seen = int(np.frombuffer(raw, np.int64 if seen_bytes == 8 else np.int32, 1, offset=12)[0])
-    body = raw[12 + seen_bytes:]
+    body = raw[12 + seen_bytes :]
     if len(body) % 4:
-        raise WeightsError(f"{path}: body of {len(body)} bytes is not a whole number of float32 values; "
-                           "the file is truncated or not a Darknet .weights file")
+        raise WeightsError(
+            f"{path}: body of {len(body)} bytes is not a whole number of float32 values; "
+            "the file is truncated or not a Darknet .weights file"
+        )
     return WeightsHeader(major, minor, revision, seen), np.frombuffer(body, np.float32)
 
 

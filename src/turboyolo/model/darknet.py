@@ -81,8 +81,10 @@ class Darknet(nn.Module):
             elif isinstance(layer, ShortcutSpec):
                 source = resolve_index(layer.from_, index)
                 if channels[source] != in_channels or scales[source] != scale:
-                    raise ConfigError(f"{spec.source}:{layer.line}: shortcut adds layer {source} "
-                                      f"({channels[source]} channels) to {in_channels} channels")
+                    raise ConfigError(
+                        f"{spec.source}:{layer.line}: shortcut adds layer {source} "
+                        f"({channels[source]} channels) to {in_channels} channels"
+                    )
                 module, out_channels = Shortcut(source, layer.activation), in_channels
             elif isinstance(layer, YoloSpec):
                 module, out_channels = YoloHead(len(layer.mask), layer.classes), in_channels
@@ -161,13 +163,15 @@ class Darknet(nn.Module):
             for _, tensors in layout:
                 for tensor in tensors:
                     count = tensor.numel()
-                    values = torch.from_numpy(flat[offset:offset + count].copy()).view_as(tensor)
+                    values = torch.from_numpy(flat[offset : offset + count].copy()).view_as(tensor)
                     tensor.copy_(values.to(tensor.dtype))
                     offset += count
         return offset
 
     def flat_weights(self, cutoff: int | None = None) -> np.ndarray:
-        parts = [t.detach().float().cpu().reshape(-1).numpy() for _, ts in self.darknet_tensors(cutoff) for t in ts]
+        parts = [
+            t.detach().float().cpu().reshape(-1).numpy() for _, ts in self.darknet_tensors(cutoff) for t in ts
+        ]
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
 
 
@@ -187,8 +191,12 @@ def _head_info(index: int, layer: YoloSpec, stride: float) -> HeadInfo:
 def _mismatch_message(source: str, found: int, expected: int, boundaries, cutoff: int | None) -> str:
     nearest = min(boundaries, key=lambda b: abs(b[1] - found)) if boundaries else (0, 0)
     what = f"the first {cutoff} layers" if cutoff is not None else "the whole network"
-    hint = (f"the nearest layer boundary is after layer {nearest[0]} ({nearest[1]} floats)"
-            + (f": if this is a backbone cut, name it .conv.{nearest[0] + 1} or pass --cutoff {nearest[0] + 1}"
-               if nearest[1] == found else ""))
-    return (f"{source}: {what} needs {expected} floats of weights but the file holds {found}; {hint}. "
-            "Check that the .cfg (classes, filters) matches the weights.")
+    hint = f"the nearest layer boundary is after layer {nearest[0]} ({nearest[1]} floats)" + (
+        f": if this is a backbone cut, name it .conv.{nearest[0] + 1} or pass --cutoff {nearest[0] + 1}"
+        if nearest[1] == found
+        else ""
+    )
+    return (
+        f"{source}: {what} needs {expected} floats of weights but the file holds {found}; {hint}. "
+        "Check that the .cfg (classes, filters) matches the weights."
+    )

@@ -50,8 +50,9 @@ class ConvBlock(nn.Module):
 
     def __init__(self, spec: ConvSpec, in_channels: int):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, spec.filters, spec.size, spec.stride, spec.padding,
-                              bias=not spec.batch_normalize)
+        self.conv = nn.Conv2d(
+            in_channels, spec.filters, spec.size, spec.stride, spec.padding, bias=not spec.batch_normalize
+        )
         self.bn = DarknetBatchNorm2d(spec.filters) if spec.batch_normalize else None
         self.act = activation(spec.activation)
 

@@ -44,7 +44,7 @@ def read_checkpoint(path: str | Path) -> dict:
 
 
 def checkpoint_model_state(state: dict, prefer_ema: bool = True) -> dict[str, torch.Tensor]:
-    for key in (("ema", "model") if prefer_ema else ("model",)):
+    for key in ("ema", "model") if prefer_ema else ("model",):
         if isinstance(state.get(key), dict):
             return state[key]
     if state and all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -92,8 +92,10 @@ def _model_for_size(spec: ModelSpec, floats: int, path) -> Darknet:
         candidate = Darknet(with_num_classes(spec, classes))
         if sum(t.numel() for _, ts in candidate.darknet_tensors() for t in ts) == floats:
             return candidate
-    raise WeightsError(f"{path}: {floats} floats fit this cfg's layers for no class count in 1..1000; "
-                       "the weights come from another architecture")
+    raise WeightsError(
+        f"{path}: {floats} floats fit this cfg's layers for no class count in 1..1000; "
+        "the weights come from another architecture"
+    )
 
 
 def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) -> Darknet:
@@ -103,14 +105,17 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
     if weights is None:
         return model
     if not Path(weights).exists():
-        raise WeightsError(f"{weights}: no such weights file; `turboyolo fetch yolov3-tiny` gets the "
-                           "official tiny weights")
+        raise WeightsError(
+            f"{weights}: no such weights file; `turboyolo fetch yolov3-tiny` gets the official tiny weights"
+        )
     if is_checkpoint(weights):
         state = checkpoint_model_state(read_checkpoint(weights))
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
-            raise WeightsError(f"{weights}: does not match the cfg ({len(missing)} missing, {len(unexpected)} "
-                               f"unexpected tensors, e.g. {(missing or unexpected)[0]})")
+            raise WeightsError(
+                f"{weights}: does not match the cfg ({len(missing)} missing, {len(unexpected)} "
+                f"unexpected tensors, e.g. {(missing or unexpected)[0]})"
+            )
     else:
         load_darknet_weights(model, weights)
     return model

@@ -21,14 +21,30 @@ from turboyolo.formats.darknet_cfg import (
     YoloSpec,
 )
 
-COCO_ANCHORS = ((10, 13), (16, 30), (33, 23), (30, 61), (62, 45), (59, 119), (116, 90), (156, 198), (373, 326))
+COCO_ANCHORS = (
+    (10, 13),
+    (16, 30),
+    (33, 23),
+    (30, 61),
+    (62, 45),
+    (59, 119),
+    (116, 90),
+    (156, 198),
+    (373, 326),
+)
 TINY_ANCHORS = ((10, 14), (23, 27), (37, 58), (81, 82), (135, 169), (344, 319))
 ARCHITECTURES = ("yolov3", "yolov3-tiny", "yolov3-spp")
 
 
 def _conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
-    return ConvSpec(filters=filters, size=size, stride=stride, padding=size // 2,
-                    batch_normalize=activation != "linear", activation=activation)
+    return ConvSpec(
+        filters=filters,
+        size=size,
+        stride=stride,
+        padding=size // 2,
+        batch_normalize=activation != "linear",
+        activation=activation,
+    )
 
 
 def _head_conv(num_anchors: int, num_classes: int) -> ConvSpec:
@@ -36,9 +52,16 @@ def _head_conv(num_anchors: int, num_classes: int) -> ConvSpec:
 
 
 def _yolo(mask, anchors, num_classes: int, tiny: bool) -> YoloSpec:
-    return YoloSpec(mask=tuple(mask), anchors=tuple((float(w), float(h)) for w, h in anchors),
-                    classes=num_classes, num=len(anchors), jitter=0.3, ignore_thresh=0.7, truth_thresh=1.0,
-                    random=True)
+    return YoloSpec(
+        mask=tuple(mask),
+        anchors=tuple((float(w), float(h)) for w, h in anchors),
+        classes=num_classes,
+        num=len(anchors),
+        jitter=0.3,
+        ignore_thresh=0.7,
+        truth_thresh=1.0,
+        random=True,
+    )
 
 
 def _darknet53() -> list[LayerSpec]:
@@ -52,8 +75,15 @@ def _darknet53() -> list[LayerSpec]:
 
 def _spp() -> list[LayerSpec]:
     pool = [MaxPoolSpec(size=s, stride=1, padding=s - 1) for s in (5, 9, 13)]
-    return [pool[0], RouteSpec((-2,)), pool[1], RouteSpec((-4,)), pool[2], RouteSpec((-1, -3, -5, -6)),
-            _conv(512, 1)]
+    return [
+        pool[0],
+        RouteSpec((-2,)),
+        pool[1],
+        RouteSpec((-4,)),
+        pool[2],
+        RouteSpec((-1, -3, -5, -6)),
+        _conv(512, 1),
+    ]
 
 
 def _yolov3_layers(num_classes: int, spp: bool, anchors) -> list[LayerSpec]:
@@ -76,7 +106,12 @@ def _tiny_layers(num_classes: int, anchors) -> list[LayerSpec]:
     for filters in (16, 32, 64, 128, 256):
         layers += [_conv(filters, 3), MaxPoolSpec(size=2, stride=2, padding=1)]
     layers += [_conv(512, 3), MaxPoolSpec(size=2, stride=1, padding=1), _conv(1024, 3)]
-    layers += [_conv(256, 1), _conv(512, 3), _head_conv(3, num_classes), _yolo((3, 4, 5), anchors, num_classes, True)]
+    layers += [
+        _conv(256, 1),
+        _conv(512, 3),
+        _head_conv(3, num_classes),
+        _yolo((3, 4, 5), anchors, num_classes, True),
+    ]
     layers += [RouteSpec((-4,)), _conv(128, 1), UpsampleSpec(2), RouteSpec((-1, 8)), _conv(256, 3)]
     layers += [_head_conv(3, num_classes), _yolo((0, 1, 2), anchors, num_classes, True)]
     return layers
@@ -104,12 +139,31 @@ def make_spec(
     anchors = tuple(anchors) if anchors else default_anchors
     if len(anchors) != len(default_anchors):
         raise ConfigError(f"{architecture} needs {len(default_anchors)} anchors, got {len(anchors)}")
-    layers = _tiny_layers(num_classes, anchors) if tiny else _yolov3_layers(
-        num_classes, architecture == "yolov3-spp", anchors)
-    net = NetSpec(batch=batch, subdivisions=subdivisions, width=width, height=height, channels=3,
-                  momentum=0.9, decay=0.0005, angle=0.0, saturation=1.5, exposure=1.5, hue=0.1,
-                  learning_rate=learning_rate, burn_in=1000, power=4.0, max_batches=500200, policy="steps",
-                  steps=(400000, 450000), scales=(0.1, 0.1))
+    layers = (
+        _tiny_layers(num_classes, anchors)
+        if tiny
+        else _yolov3_layers(num_classes, architecture == "yolov3-spp", anchors)
+    )
+    net = NetSpec(
+        batch=batch,
+        subdivisions=subdivisions,
+        width=width,
+        height=height,
+        channels=3,
+        momentum=0.9,
+        decay=0.0005,
+        angle=0.0,
+        saturation=1.5,
+        exposure=1.5,
+        hue=0.1,
+        learning_rate=learning_rate,
+        burn_in=1000,
+        power=4.0,
+        max_batches=500200,
+        policy="steps",
+        steps=(400000, 450000),
+        scales=(0.1, 0.1),
+    )
     return ModelSpec(net=net, layers=tuple(layers), source=f"<{architecture}>")
 
 
@@ -131,6 +185,8 @@ def with_anchors(spec: ModelSpec, anchors: tuple[tuple[float, float], ...]) -> M
     for index, layer in enumerate(layers):
         if isinstance(layer, YoloSpec):
             if len(anchors) != layer.num:
-                raise ConfigError(f"{spec.source}:{layer.line}: [yolo] has num={layer.num}, {len(anchors)} anchors given")
+                raise ConfigError(
+                    f"{spec.source}:{layer.line}: [yolo] has num={layer.num}, {len(anchors)} anchors given"
+                )
             layers[index] = replace(layer, anchors=tuple((float(w), float(h)) for w, h in anchors))
     return replace(spec, layers=tuple(layers))

@@ -1,0 +1,50 @@
+"""``turboyolo cfg ARCH --num-classes N``: write a Darknet .cfg generated from the architecture."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("architecture", choices=("yolov3", "yolov3-tiny", "yolov3-spp"))
+    parser.add_argument("-n", "--num-classes", type=int, required=True, help="number of classes")
+    parser.add_argument("--width", type=int, default=416)
+    parser.add_argument("--height", type=int, default=416)
+    parser.add_argument("--batch", type=int, default=64, help="images per iteration ([net] batch)")
+    parser.add_argument("--subdivisions", type=int, default=16, help="mini-batches per iteration")
+    parser.add_argument("--learning-rate", type=float, default=0.001)
+    parser.add_argument("--anchors", help="w,h pairs: '10,13, 16,30, ...' (e.g. from `turboyolo anchors`)")
+    parser.add_argument("-o", "--output", help="file to write (default: <architecture>-<N>c.cfg)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from turboyolo.errors import ConfigError
+    from turboyolo.formats.darknet_cfg import write_cfg
+    from turboyolo.model.zoo import make_spec
+
+    anchors = None
+    if args.anchors:
+        try:
+            values = [float(v) for v in args.anchors.replace(" ", "").split(",") if v]
+        except ValueError as err:
+            raise ConfigError(f"--anchors {args.anchors!r}: {err}") from None
+        if len(values) % 2:
+            raise ConfigError("--anchors needs w,h pairs (an even count of numbers)")
+        anchors = tuple(zip(values[0::2], values[1::2]))
+    spec = make_spec(
+        args.architecture,
+        args.num_classes,
+        args.width,
+        args.height,
+        args.batch,
+        args.subdivisions,
+        args.learning_rate,
+        anchors,
+    )
+    if spec.net.batch % spec.net.subdivisions:
+        raise ConfigError(f"--batch {args.batch} is not divisible by --subdivisions {args.subdivisions}")
+    out = Path(args.output or f"{args.architecture}-{args.num_classes}c.cfg")
+    write_cfg(spec, out)
+    print(out)
+    return 0

@@ -1,0 +1,29 @@
+"""``turboyolo fetch NAME``: pinned weights or the sample data set into the cache."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DATASETS = ("trees",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from turboyolo.assets import ASSETS
+
+    parser.add_argument("name", choices=sorted(ASSETS) + list(DATASETS), help="what to fetch")
+    parser.add_argument("--dest", help="data sets only: folder to build into (default: the cache)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from turboyolo import assets
+
+    if args.name in DATASETS:
+        from turboyolo.data.trees import build_trees
+
+        dest = Path(args.dest) if args.dest else assets.cache_dir() / "datasets" / args.name
+        path = build_trees(dest)
+    else:
+        path = assets.fetch(args.name)
+    print(path)
+    return 0

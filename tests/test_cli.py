@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from turboyolo import __version__
+from turboyolo.cli import COMMANDS, FlagParser, build_parser, main
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and __version__ in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [name for name, _, _ in COMMANDS])
+def test_every_subcommand_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "-h"])
+    assert exit_info.value.code == 0
+    assert "usage: turboyolo " + command in capsys.readouterr().out
+
+
+def test_python_dash_m_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "turboyolo", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and __version__ in proc.stdout
+
+
+def test_underscore_aliases_for_hyphenated_flags():
+    parser = FlagParser()
+    parser.add_argument("--conf-thres", type=float)
+    assert parser.parse_args(["--conf_thres", "0.3"]).conf_thres == 0.3
+    assert parser.parse_args(["--conf-thres", "0.4"]).conf_thres == 0.4
+
+
+def test_model_flag_spellings():
+    parser = build_parser()
+    for argv in (
+        ["detect", "x.jpg", "--cfg", "a.cfg", "--weights", "w"],
+        ["detect", "x.jpg", "--model", "a.cfg", "--pretrained_weights", "w"],
+        ["detect", "x.jpg", "-m", "a.cfg", "--pretrained-weights", "w"],
+    ):
+        args = parser.parse_args(argv)
+        assert (args.cfg, args.weights) == ("a.cfg", "w")
+
+
+def test_bad_flag_exits_with_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["detect", "--no-such-flag"])
+    assert exit_info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_cfg_command_writes_generated_cfg(tmp_path, capsys):
+    out = tmp_path / "custom.cfg"
+    assert (
+        main(["cfg", "yolov3", "--num-classes", "3", "--batch", "16", "--subdivisions", "4", "-o", str(out)])
+        == 0
+    )
+    from turboyolo.formats.darknet_cfg import parse_cfg
+
+    spec = parse_cfg(out)
+    assert spec.num_classes == 3 and spec.net.batch == 16 and spec.net.subdivisions == 4
+    assert (
+        main(["cfg", "yolov3", "--num-classes", "3", "--batch", "10", "--subdivisions", "4", "-o", str(out)])
+        == 1
+    )
+    assert "not divisible" in capsys.readouterr().err
