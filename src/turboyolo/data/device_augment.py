@@ -1,0 +1,135 @@
+"""Augmentation on the device (``--augment-on device``): the CPU only draws numbers and copies bytes.
+
+The loader's CPU work per sample is: read the prepared (pre-resized) uint8 image, copy it into the
+top-left corner of a fixed ``canvas x canvas`` array, draw the sample's random numbers from
+(seed, epoch, index) exactly as the CPU path does, and move the boxes through the same matrix with
+the same function. The device then warps the whole batch with one ``grid_sample`` (letterbox, scale,
+aspect, rotation, translation and flip in one affine per image) and applies the HSV jitter as
+batched tensor ops. Box semantics are therefore identical to the CPU path by construction; pixels
+differ only by interpolation rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from turboyolo.data.augment import FILL_VALUE, AugmentParams, letterbox_matrix, random_matrix, transform_boxes
+
+
+def _draw_hsv(rng: np.random.Generator, params: AugmentParams) -> np.ndarray:
+    """(hue shift, saturation factor, value factor), drawn in the CPU path's order."""
+    dh = rng.uniform(-params.hue, params.hue)
+    ds = rng.uniform(1, params.saturation)
+    ds = ds if rng.random() < 0.5 else 1 / ds
+    dv = rng.uniform(1, params.exposure)
+    dv = dv if rng.random() < 0.5 else 1 / dv
+    return np.array([dh, ds, dv], np.float32)
+
+
+def plan_sample(
+    stored_hw: tuple[int, int],
+    orig_hw: tuple[int, int],
+    labels: np.ndarray,
+    canvas: int,
+    out_size: int,
+    params: AugmentParams | None,
+    rng: np.random.Generator | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-sample numbers the device needs; all cheap CPU arithmetic.
+
+    Args:
+        stored_hw: size of the prepared image, placed at the canvas's top-left corner.
+        orig_hw: size of the original image the labels and matrices refer to.
+        labels: float32 ``[N, 5]`` (cls, cx, cy, w, h) relative to the original.
+        canvas: side of the square canvas the stored image sits in.
+        out_size: side of the network input.
+        params: augmentation ranges; ``None`` = letterbox only (validation).
+        rng: the sample's rng (``augment.sample_rng``).
+
+    Returns:
+        theta ``[2, 3]`` for ``F.affine_grid`` (output -> canvas, normalised coordinates),
+        hsv ``[3]`` (hue shift, saturation factor, value factor), boxes ``[M, 5]`` relative to output.
+    """
+    if params is None:
+        matrix = letterbox_matrix(orig_hw, out_size)[0]
+        hsv = np.array([0.0, 1.0, 1.0], np.float32)
+        boxes = transform_boxes(labels, orig_hw, matrix, out_size, 0.0, 0.0)
+    else:
+        matrix = random_matrix(orig_hw, out_size, params, rng)
+        hsv = _draw_hsv(rng, params)
+        boxes = transform_boxes(labels, orig_hw, matrix, out_size, params.min_box_px, params.min_visible)
+    # stored px -> original px -> output px, as 3x3 (continuous coordinates: pixel i covers [i, i+1)).
+    to_orig = np.diag([orig_hw[1] / stored_hw[1], orig_hw[0] / stored_hw[0], 1.0])
+    stored_to_out = np.vstack([matrix, [0.0, 0.0, 1.0]]) @ to_orig
+    # normalised output -> output px -> stored px -> normalised canvas
+    from_norm_out = np.array([[out_size / 2, 0, out_size / 2], [0, out_size / 2, out_size / 2], [0, 0, 1.0]])
+    to_norm_canvas = np.array([[2 / canvas, 0, -1], [0, 2 / canvas, -1], [0, 0, 1.0]])
+    theta = to_norm_canvas @ np.linalg.inv(stored_to_out) @ from_norm_out
+    return theta[:2].astype(np.float32), hsv, boxes
+
+
+def place_on_canvas(image: np.ndarray, canvas: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Copy ``image`` ``[h, w, 3]`` into the top-left of a ``[canvas, canvas, 3]`` array filled grey."""
+    if out is None:
+        out = np.empty((canvas, canvas, 3), np.uint8)
+    height, width = image.shape[:2]
+    out[:height, :width] = image
+    out[height:] = FILL_VALUE
+    out[:height, width:] = FILL_VALUE
+    return out
+
+
+def warp_batch(images: torch.Tensor, theta: torch.Tensor, out_size: int) -> torch.Tensor:
+    """Warp uint8 canvases ``[B, 3, S, S]`` by ``theta`` ``[B, 2, 3]`` -> float ``[B, 3, out, out]``.
+
+    Outside the canvas the grey fill is kept (sampling ``image - fill`` with zero padding).
+    """
+    fill = FILL_VALUE / 255.0
+    x = images.float().div_(255.0).sub_(fill)
+    grid = F.affine_grid(theta.to(x.dtype), [x.shape[0], 3, out_size, out_size], align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False).add_(fill)
+
+
+def _rgb_to_hsv(rgb: torch.Tensor) -> torch.Tensor:
+    """``[B, 3, H, W]`` in [0, 1] -> hue in [0, 1), saturation, value (all ``[B, 3, H, W]``)."""
+    r, g, b = rgb.unbind(1)
+    value, argmax = rgb.max(1)
+    chroma = value - rgb.min(1).values
+    safe = chroma.clamp(min=1e-8)
+    hue = torch.where(argmax == 0, ((g - b) / safe) % 6, torch.where(argmax == 1, (b - r) / safe + 2,
+                                                                      (r - g) / safe + 4)) / 6
+    hue = torch.where(chroma > 0, hue, torch.zeros_like(hue))
+    saturation = torch.where(value > 0, chroma / value.clamp(min=1e-8), torch.zeros_like(value))
+    return torch.stack((hue, saturation, value), 1)
+
+
+def _hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
+    hue, saturation, value = hsv.unbind(1)
+    # closed form per channel n = 5 (R), 3 (G), 1 (B): v - v s clamp(min(k, 4 - k, 1), 0), k = (n + 6h) mod 6
+    n = torch.tensor([5.0, 3.0, 1.0], device=hsv.device, dtype=hsv.dtype).view(1, 3, 1, 1)
+    kk = (n + hue[:, None] * 6) % 6
+    weight = torch.minimum(torch.minimum(kk, 4 - kk), torch.ones_like(kk)).clamp(min=0)
+    return value[:, None] - value[:, None] * saturation[:, None] * weight
+
+
+def hsv_jitter(images: torch.Tensor, hsv: torch.Tensor) -> torch.Tensor:
+    """Darknet's colour jitter on float ``[B, 3, H, W]`` in [0, 1]: hue shift (fraction of the circle),
+    saturation and value factors per image (``hsv`` ``[B, 3]``), clipped like the CPU lookup table."""
+    if bool((hsv[:, 0] == 0).all() and (hsv[:, 1:] == 1).all()):
+        return images
+    converted = _rgb_to_hsv(images)
+    shift, sat, val = (hsv[:, i].view(-1, 1, 1).to(images.dtype) for i in range(3))
+    converted = torch.stack((
+        (converted[:, 0] + shift) % 1.0,
+        (converted[:, 1] * sat).clamp(0, 1),
+        (converted[:, 2] * val).clamp(0, 1),
+    ), 1)
+    return _hsv_to_rgb(converted)
+
+
+def augment_batch(images: torch.Tensor, theta: torch.Tensor, hsv: torch.Tensor,
+                  out_size: int) -> torch.Tensor:
+    """The device half of the augmentation: warp, then colour; returns float ``[B, 3, out, out]``."""
+    return hsv_jitter(warp_batch(images, theta.to(images.device), out_size), hsv.to(images.device))
