@@ -20,6 +20,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("fetch", "fetch", "download a pinned asset (weights, sample data) into the cache"),
     ("cfg", "cfg", "write a Darknet .cfg for yolov3 / yolov3-tiny / yolov3-spp with N classes"),
     ("demo", "demo", "the main job on real sample data (what `make demo` runs)"),
+    ("anchors", "anchors", "fit anchors to a data set's boxes (k-means, 1 - IoU) and show their recall"),
 ]
 
 

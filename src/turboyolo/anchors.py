@@ -1,0 +1,150 @@
+"""Anchor boxes fitted to a data set: k-means with a 1 - IoU distance, and how well anchors cover boxes.
+
+Box sizes are measured where the network sees them: in pixels of the ``img_size`` letterbox (the image
+scaled by ``min(net_w / w, net_h / h)``). IoU between a box and an anchor compares sizes only (both
+centred at the origin), as Darknet's ``calc_anchors`` and Ultralytics' autoanchor do.
+
+Two figures describe a set of anchors:
+- **mean IoU**: the average over boxes of the IoU with their best anchor (Darknet's ``avg IoU``);
+- **best-possible recall (BPR)**: the fraction of boxes whose best anchor has IoU >= ``thresh``
+  (0.5 by default). YOLOv3 trains each box on its best anchor, and an anchor far from the box's shape
+  must be stretched by ``exp(tw)`` a long way, which is what makes a poorly fitting anchor set miss;
+- **used**: how many anchors are the best anchor of some box (an unused anchor's outputs never learn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_FIT_SIZE = 2.0  # boxes narrower or shorter than this (letterbox px) are left out of the fit
+
+
+def letterbox_box_sizes(
+    labels: Sequence[np.ndarray], image_hw: Sequence[tuple[int, int]], img_size: tuple[int, int]
+) -> np.ndarray:
+    """Box widths and heights in letterbox pixels.
+
+    Args:
+        labels: per image float ``[N, 5]`` YOLO rows (cls, cx, cy, w, h relative to the image).
+        image_hw: per image its (height, width) in pixels.
+        img_size: network input (width, height).
+    Returns:
+        float64 ``[M, 2]`` (w, h) of every box.
+    """
+    net_w, net_h = img_size
+    sizes = []
+    for rows, (height, width) in zip(labels, image_hw):
+        if len(rows) == 0:
+            continue
+        ratio = min(net_w / width, net_h / height)
+        rows = np.asarray(rows, np.float64)
+        sizes.append(np.stack([rows[:, 3] * width * ratio, rows[:, 4] * height * ratio], 1))
+    return np.concatenate(sizes) if sizes else np.zeros((0, 2))
+
+
+def wh_iou(boxes_wh: np.ndarray, anchors_wh: np.ndarray) -> np.ndarray:
+    """IoU of boxes and anchors aligned at their centres: ``[N, 2]`` x ``[K, 2]`` -> ``[N, K]``."""
+    boxes_wh = np.asarray(boxes_wh, np.float64)[:, None, :]
+    anchors_wh = np.asarray(anchors_wh, np.float64)[None, :, :]
+    inter = np.minimum(boxes_wh, anchors_wh).prod(-1)
+    union = boxes_wh.prod(-1) + anchors_wh.prod(-1) - inter
+    return inter / np.maximum(union, 1e-12)
+
+
+@dataclass(frozen=True)
+class AnchorFit:
+    """How well ``anchors`` (``[K, 2]`` w, h sorted by area) cover a set of boxes."""
+
+    anchors: np.ndarray
+    mean_iou: float
+    recall: float  # best-possible recall at ``thresh``
+    thresh: float
+    used: int = 0  # anchors that are the best anchor of at least one box
+
+    def text(self) -> str:
+        """Darknet's ``anchors =`` format: ``w,h, w,h, ...``."""
+        return ", ".join(f"{_fmt(w)},{_fmt(h)}" for w, h in self.anchors)
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def anchor_fit(boxes_wh: np.ndarray, anchors_wh, thresh: float = 0.5) -> AnchorFit:
+    """Mean best IoU and best-possible recall of ``anchors_wh`` on ``boxes_wh``."""
+    anchors = np.asarray(anchors_wh, np.float64).reshape(-1, 2)
+    anchors = anchors[np.argsort(anchors.prod(1), kind="stable")]
+    if len(boxes_wh) == 0:
+        return AnchorFit(anchors, 0.0, 0.0, thresh)
+    iou = wh_iou(boxes_wh, anchors)
+    best = iou.max(1)
+    used = len(np.unique(iou.argmax(1)))
+    return AnchorFit(anchors, float(best.mean()), float((best >= thresh).mean()), thresh, used)
+
+
+def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, iterations: int) -> np.ndarray:
+    # k-means++ seeding with 1 - IoU as the distance, then Lloyd steps (mean of each cluster).
+    centres = [boxes_wh[rng.integers(len(boxes_wh))]]
+    for _ in range(1, num):
+        distance = 1 - wh_iou(boxes_wh, np.array(centres)).max(1)
+        weights = distance**2
+        total = weights.sum()
+        pick = rng.choice(len(boxes_wh), p=weights / total) if total > 0 else rng.integers(len(boxes_wh))
+        centres.append(boxes_wh[pick])
+    centres = np.array(centres, np.float64)
+    assignment = None
+    for _ in range(iterations):
+        iou = wh_iou(boxes_wh, centres)
+        new_assignment = iou.argmax(1)
+        if assignment is not None and np.array_equal(new_assignment, assignment):
+            break
+        assignment = new_assignment
+        for k in range(num):
+            members = boxes_wh[assignment == k]
+            if len(members):
+                centres[k] = members.mean(0)
+            else:  # an empty cluster takes the box its anchor covers worst
+                centres[k] = boxes_wh[iou.max(1).argmin()]
+    return centres
+
+
+def kmeans_anchors(
+    boxes_wh: np.ndarray,
+    num: int = 9,
+    *,
+    restarts: int = 10,
+    iterations: int = 300,
+    seed: int = 0,
+    round_to_int: bool = True,
+    thresh: float = 0.5,
+) -> AnchorFit:
+    """Fit ``num`` anchors to box sizes by k-means with the distance 1 - IoU.
+
+    Args:
+        boxes_wh: ``[N, 2]`` box (w, h) in letterbox pixels (see :func:`letterbox_box_sizes`).
+        num: anchors to fit (9 for yolov3, 6 for yolov3-tiny).
+        restarts: independent k-means++ starts; the one with the highest mean IoU wins.
+        round_to_int: round to whole pixels (as Darknet cfgs write them) before scoring.
+    Returns:
+        The :class:`AnchorFit` of the best start (anchors sorted by area; deterministic for a seed).
+    Raises:
+        ValueError: fewer usable boxes than ``num``.
+    """
+    boxes_wh = np.asarray(boxes_wh, np.float64)
+    usable = boxes_wh[(boxes_wh >= MIN_FIT_SIZE).all(1)]
+    if len(np.unique(usable, axis=0)) < num:
+        raise ValueError(f"{len(usable)} boxes of at least {MIN_FIT_SIZE} px; need {num} distinct sizes")
+    rng = np.random.default_rng(seed)
+    best: AnchorFit | None = None
+    for _ in range(max(1, restarts)):
+        centres = _kmeans_once(usable, num, rng, iterations)
+        if round_to_int:
+            centres = np.maximum(np.round(centres), 1.0)
+        fit = anchor_fit(boxes_wh, centres, thresh)
+        if best is None or fit.mean_iou > best.mean_iou:
+            best = fit
+    assert best is not None
+    return best
