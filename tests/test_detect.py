@@ -106,8 +106,9 @@ def tiny_model_files(tmp_path):
     model = Darknet(spec)
     with __import__("torch").no_grad():
         # a bias that makes every cell confident, so detections exist without training
-        model.layers[15].conv.bias.fill_(3.0)
-        model.layers[22].conv.bias.fill_(3.0)
+        for head in (15, 22):  # head outputs = bias alone: deterministic detections in every cell
+            model.layers[head].conv.weight.zero_()
+            model.layers[head].conv.bias.fill_(3.0)
     cfg = write_cfg(spec, tmp_path / "m.cfg")
     weights = save_darknet_weights(model, tmp_path / "m.weights")
     names = tmp_path / "m.names"
