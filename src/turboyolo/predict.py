@@ -84,6 +84,12 @@ def darknet_letterbox(
     return boxed, letterbox
 
 
+def _as_tensor(image: np.ndarray | torch.Tensor) -> torch.Tensor:
+    if isinstance(image, np.ndarray) and not image.flags.writeable:
+        image = image.copy()  # torch refuses to wrap read-only memory (e.g. a memory-mapped cache)
+    return torch.as_tensor(image)
+
+
 @dataclass
 class Prediction:
     """Detections on one image, in original pixels: ``boxes`` ``[n, 4]`` xyxy, ``scores``, ``classes``."""
@@ -145,7 +151,7 @@ class Predictor:
             return []
         net_w, net_h = self.img_size
         boxed, letterboxes = zip(
-            *(darknet_letterbox(torch.as_tensor(im).to(self.device), net_w, net_h) for im in images)
+            *(darknet_letterbox(_as_tensor(im).to(self.device), net_w, net_h) for im in images)
         )
         batch = torch.stack(boxed).to(self.dtype)
         decoded = decode(self.model(batch), self.model.heads)
