@@ -52,6 +52,50 @@ class ImageMeta:
     replaced: tuple[str, str] | None = None
 
 
+class MetaBatch(Sequence):
+    """The metas of one batch, as a read-only sequence of :class:`ImageMeta` built on access.
+
+    Crosses the worker -> main process boundary as a few arrays and one list of strings, so the
+    hand-off costs little per image whether or not the training loop looks at the metas.
+    """
+
+    def __init__(self, paths: list[str], orig_hw: np.ndarray, ratio: np.ndarray, pad: np.ndarray,
+                 matrix: np.ndarray, replaced: dict[int, tuple[str, str]]):
+        self.paths, self.orig_hw, self.ratio, self.pad = paths, orig_hw, ratio, pad
+        self.matrix, self.replaced = matrix, replaced
+
+    @classmethod
+    def from_metas(cls, metas: Sequence[ImageMeta]) -> MetaBatch:
+        return cls([str(m.path) for m in metas],
+                   np.array([m.orig_hw for m in metas], np.int64).reshape(-1, 2),
+                   np.array([m.ratio for m in metas], np.float64),
+                   np.array([m.pad for m in metas], np.float64).reshape(-1, 2),
+                   np.array([m.matrix for m in metas], np.float64).reshape(-1, 2, 3),
+                   {i: m.replaced for i, m in enumerate(metas) if m.replaced is not None})
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        h, w = self.orig_hw[index]
+        return ImageMeta(Path(self.paths[index]), (int(h), int(w)), float(self.ratio[index]),
+                         (float(self.pad[index, 0]), float(self.pad[index, 1])), self.matrix[index],
+                         self.replaced.get(index))
+
+    def pin_memory(self) -> MetaBatch:
+        """Nothing to pin (host-side metadata); keeps DataLoader pinning from rebuilding the list."""
+        return self
+
+    def __reduce__(self):
+        return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.replaced))
+
+
 class DetectionDataset(torch.utils.data.Dataset):
     """Map-style dataset keyed by ``(index, epoch, size)`` (what the batch sampler yields).
 
@@ -99,14 +143,14 @@ class DetectionDataset(torch.utils.data.Dataset):
         return out, boxes, meta
 
 
-def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, list[ImageMeta]]:
-    """Stack into uint8 [B, 3, S, S] and float32 [N, 6] (batch index, cls, cx, cy, w, h)."""
+def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
+    """Stack into uint8 [B, 3, S, S], float32 [N, 6] (batch index, cls, cx, cy, w, h) and the metas."""
     images = np.stack([item[0] for item in items])
     images_t = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
     rows = [np.concatenate([np.full((len(b), 1), i, np.float32), b], axis=1)
             for i, (_, b, _) in enumerate(items)]
     targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
-    return images_t, targets, [item[2] for item in items]
+    return images_t, targets, MetaBatch.from_metas([item[2] for item in items])
 
 
 class MultiScaleBatchSampler(torch.utils.data.Sampler):
@@ -210,10 +254,9 @@ class DetectionLoader:
     def __iter__(self):
         self.epoch_replaced = []
         for images, targets, metas in self._loader:
-            for meta in metas:
-                if meta.replaced is not None:
-                    self.epoch_replaced.append(meta.replaced)
-                    self.replaced.append(meta.replaced)
+            for _, replaced in sorted(metas.replaced.items()):
+                self.epoch_replaced.append(replaced)
+                self.replaced.append(replaced)
             yield images, targets, metas
 
     def replaced_summary(self) -> str | None:
