@@ -20,7 +20,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("fetch", "fetch", "download a pinned asset (weights, sample data) into the cache"),
     ("cfg", "cfg", "write a Darknet .cfg for yolov3 / yolov3-tiny / yolov3-spp with N classes"),
     ("demo", "demo", "the main job on real sample data (what `make demo` runs)"),
+    ("train", "train", "train a model from a Darknet .cfg on a data set (PyTorch-YOLOv3's flags work)"),
+    ("test", "test", "evaluate weights or a checkpoint on a data split (mAP@0.5, mAP@0.5:0.95, per class)"),
     ("anchors", "anchors", "fit anchors to a data set's boxes (k-means, 1 - IoU) and show their recall"),
+    ("export", "export", "export a network to ONNX (raw, decoded or with NMS), checked with onnxruntime"),
 ]
 
 

@@ -1,0 +1,252 @@
+"""ONNX export of a :class:`Darknet` network, and a check of the exported file with onnxruntime.
+
+Input ``images``: float32 ``[B, 3, H, W]`` RGB in [0, 1], already letterboxed to the export size
+(:func:`turboyolo.predict.darknet_letterbox` does it as Darknet does). Outputs, by mode:
+
+- raw (default): ``head0``, ``head1``, ... ``[B, A, H/stride, W/stride, 5 + C]``, what
+  ``Darknet.forward`` returns (tx, ty, tw, th, objectness logit, class logits);
+- ``decoded``: ``output`` ``[B, N, 5 + C]`` = (cx, cy, w, h) in input pixels, objectness, class
+  probabilities (:func:`turboyolo.postprocess.decode`);
+- ``nms``: ``detections`` ``[K, 7]`` = (batch index, x1, y1, x2, y2, score, class) in input pixels,
+  Darknet's multi-label rule (objectness and objectness x class probability above ``conf_thres``) and
+  per-class NMS by ONNX ``NonMaxSuppression``; ``max_det`` caps detections per image and class.
+  Boxes are not clipped and not mapped back to the original image: the caller owns its letterbox.
+
+The file's metadata (``metadata_props``) records the mode, input size, strides, anchors and thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from turboyolo.boxes import cxcywh_to_xyxy
+from turboyolo.errors import ConfigError
+from turboyolo.model.darknet import Darknet
+from turboyolo.postprocess import decode
+
+EXPORTERS = ("dynamo", "torchscript")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What to export. ``img_size`` is (width, height); thresholds only matter with ``nms``."""
+
+    img_size: tuple[int, int]
+    decoded: bool = False
+    nms: bool = False
+    dynamic_batch: bool = False
+    conf_thres: float = 0.25
+    nms_thres: float = 0.45
+    max_det: int = 100
+    opset: int | None = None
+    exporter: str = "dynamo"
+
+    def __post_init__(self):
+        width, height = self.img_size
+        if width <= 0 or height <= 0:
+            raise ConfigError(f"--img-size must be positive, got {width}x{height}")
+        if self.exporter not in EXPORTERS:
+            raise ConfigError(f"--exporter must be one of {', '.join(EXPORTERS)}, got {self.exporter!r}")
+        for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
+            if not 0 <= value <= 1:
+                raise ConfigError(f"{flag} must lie in [0, 1], got {value}")
+        if self.max_det < 1:
+            raise ConfigError(f"--max-det must be >= 1, got {self.max_det}")
+
+    @property
+    def mode(self) -> str:
+        return "nms" if self.nms else "decoded" if self.decoded else "raw"
+
+
+class ExportWrapper(nn.Module):
+    """The network plus the part of post-processing that goes into the graph.
+
+    ``forward(images [B, 3, H, W])`` returns the raw heads, the decoded ``[B, N, 5 + C]``, or (for NMS
+    mode) ``boxes`` ``[B, N, 4]`` xyxy and ``scores`` ``[B, C, N]`` with the objectness gate applied,
+    the two inputs ONNX ``NonMaxSuppression`` takes.
+    """
+
+    def __init__(self, model: Darknet, mode: str, conf_thres: float = 0.25):
+        super().__init__()
+        self.model, self.mode, self.conf_thres = model, mode, conf_thres
+
+    def forward(self, images: torch.Tensor):
+        raw = self.model(images)
+        if self.mode == "raw":
+            return tuple(raw)
+        decoded = decode(raw, self.model.heads)
+        if self.mode == "decoded":
+            return decoded
+        boxes = cxcywh_to_xyxy(decoded[..., :4])
+        objectness = decoded[..., 4:5]
+        scores = objectness * decoded[..., 5:] * (objectness > self.conf_thres).to(decoded.dtype)
+        return boxes, scores.transpose(1, 2)
+
+
+def output_names(model: Darknet, mode: str) -> list[str]:
+    if mode == "raw":
+        return [f"head{i}" for i in range(len(model.heads))]
+    return ["output"] if mode == "decoded" else ["boxes", "scores"]
+
+
+def export_onnx(model: Darknet, path: str | Path, options: ExportOptions) -> Path:
+    """Write ``model`` as ONNX to ``path`` (one file, weights inside) and return the path."""
+    import onnx
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = model.float().eval().cpu()
+    width, height = options.img_size
+    if width % model.max_stride or height % model.max_stride:
+        raise ConfigError(f"--img-size {width}x{height} must be a multiple of {model.max_stride}")
+    wrapper = ExportWrapper(model, options.mode, options.conf_thres).eval()
+    example = torch.zeros(2 if options.dynamic_batch else 1, 3, height, width)
+    names = output_names(model, options.mode)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with torch.no_grad(), warnings.catch_warnings():
+        if options.exporter == "torchscript":
+            # The tracer warns about constants (anchors, grid sizes) that are constants by design.
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)  # the exporter's own notice
+            axes = {name: {0: "batch"} for name in ["images"] + (names if options.mode != "nms" else [])}
+            torch.onnx.export(
+                wrapper,
+                (example,),
+                str(tmp),
+                dynamo=False,
+                input_names=["images"],
+                output_names=names,
+                opset_version=options.opset or 17,
+                dynamic_axes=axes if options.dynamic_batch else None,
+            )
+        else:
+            shapes = ({0: torch.export.Dim("batch", min=1, max=4096)},) if options.dynamic_batch else None
+            torch.onnx.export(
+                wrapper,
+                (example,),
+                str(tmp),
+                dynamo=True,
+                input_names=["images"],
+                output_names=names,
+                opset_version=options.opset,
+                dynamic_shapes=shapes,
+                external_data=False,
+                verbose=False,
+            )
+    graph_model = onnx.load(str(tmp))
+    tmp.unlink()
+    if options.nms:
+        _append_nms(graph_model, options)
+    _set_metadata(graph_model, model, options)
+    onnx.checker.check_model(graph_model)
+    onnx.save(graph_model, str(path))
+    return path
+
+
+def _append_nms(graph_model, options: ExportOptions) -> None:
+    """boxes [B, N, 4], scores [B, C, N] -> detections [K, 7] via NonMaxSuppression and GatherND."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = graph_model.graph
+    consts = {
+        "nms_max_per_class": np.array([options.max_det], np.int64),
+        "nms_iou": np.array([options.nms_thres], np.float32),
+        "nms_score": np.array([options.conf_thres], np.float32),
+        "col_batch": np.array([0], np.int64),
+        "col_class": np.array([1], np.int64),
+        "cols_batch_box": np.array([0, 2], np.int64),
+        "axis_1": np.array([1], np.int64),
+    }
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in consts.items())
+    node = helper.make_node
+    graph.node.extend(
+        [
+            node(
+                "NonMaxSuppression",
+                ["boxes", "scores", "nms_max_per_class", "nms_iou", "nms_score"],
+                ["selected"],
+            ),  # [K, 3] = (batch, class, box)
+            node("Gather", ["selected", "cols_batch_box"], ["batch_box"], axis=1),
+            node("GatherND", ["boxes", "batch_box"], ["det_boxes"]),  # [K, 4]
+            node("GatherND", ["scores", "selected"], ["det_scores_flat"]),  # [K]
+            node("Unsqueeze", ["det_scores_flat", "axis_1"], ["det_scores"]),
+            node("Gather", ["selected", "col_batch"], ["det_batch_i"], axis=1),
+            node("Gather", ["selected", "col_class"], ["det_class_i"], axis=1),
+            node("Cast", ["det_batch_i"], ["det_batch"], to=TensorProto.FLOAT),
+            node("Cast", ["det_class_i"], ["det_class"], to=TensorProto.FLOAT),
+            node("Concat", ["det_batch", "det_boxes", "det_scores", "det_class"], ["detections"], axis=1),
+        ]
+    )
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("detections", TensorProto.FLOAT, ["num_detections", 7]))
+
+
+def _set_metadata(graph_model, model: Darknet, options: ExportOptions) -> None:
+    meta = {
+        "producer": "turboyolo",
+        "mode": options.mode,
+        "img_size": json.dumps(list(options.img_size)),
+        "num_classes": str(model.num_classes),
+        "strides": json.dumps([head.stride for head in model.heads]),
+        "anchors": json.dumps([[list(a) for a in head.anchors] for head in model.heads]),
+        "input": "images float32 [B, 3, H, W] RGB in [0, 1], letterboxed (grey 0.5 fill)",
+    }
+    if options.nms:
+        meta.update(
+            conf_thres=str(options.conf_thres),
+            nms_thres=str(options.nms_thres),
+            max_det_per_class=str(options.max_det),
+            detections="[K, 7] batch, x1, y1, x2, y2, score, class in input pixels",
+        )
+    del graph_model.metadata_props[:]
+    for key, value in meta.items():
+        entry = graph_model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def run_onnxruntime(path: str | Path, images: np.ndarray) -> list[np.ndarray]:
+    """Run an exported file on the CPU with onnxruntime; ``images`` float32 ``[B, 3, H, W]``."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"images": np.ascontiguousarray(images, np.float32)})
+
+
+def compare_with_torch(model: Darknet, path: str | Path, options: ExportOptions, images: np.ndarray) -> float:
+    """Max abs difference between onnxruntime and PyTorch on ``images`` (raw or decoded modes;
+    for NMS mode, over the detections when both keep the same ones, else ``inf``)."""
+    wrapper = ExportWrapper(model.float().eval().cpu(), options.mode, options.conf_thres).eval()
+    with torch.no_grad():
+        reference = wrapper(torch.from_numpy(images))
+    outputs = run_onnxruntime(path, images)
+    if options.mode == "nms":
+        expected = torch_nms_detections(*reference, options)
+        got = outputs[0][np.lexsort(outputs[0][:, ::-1].T)] if len(outputs[0]) else outputs[0]
+        expected = expected[np.lexsort(expected[:, ::-1].T)] if len(expected) else expected
+        if got.shape != expected.shape or not np.array_equal(got[:, [0, 6]], expected[:, [0, 6]]):
+            return float("inf")
+        return float(np.abs(got - expected).max()) if len(got) else 0.0
+    reference = reference if isinstance(reference, tuple) else (reference,)
+    return max(float(np.abs(o - r.numpy()).max()) for o, r in zip(outputs, reference))
+
+
+def torch_nms_detections(boxes: torch.Tensor, scores: torch.Tensor, options: ExportOptions) -> np.ndarray:
+    """What the NMS graph computes, with torchvision: ``[K, 7]`` (batch, x1, y1, x2, y2, score, class)."""
+    from torchvision.ops import nms
+
+    rows = []
+    for b in range(boxes.shape[0]):
+        for c in range(scores.shape[1]):
+            keep = (scores[b, c] > options.conf_thres).nonzero().flatten()
+            chosen = keep[nms(boxes[b, keep], scores[b, c, keep], options.nms_thres)][: options.max_det]
+            for index in chosen.tolist():
+                rows.append([b, *boxes[b, index].tolist(), float(scores[b, c, index]), c])
+    return np.array(rows, np.float32).reshape(-1, 7)
