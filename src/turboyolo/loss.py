@@ -59,8 +59,12 @@ class YoloLoss:
         gains: multipliers of the box, obj and cls terms.
     """
 
-    def __init__(self, heads: Sequence[HeadInfo], box_loss: str = "darknet",
-                 gains: tuple[float, float, float] = (1.0, 1.0, 1.0)):
+    def __init__(
+        self,
+        heads: Sequence[HeadInfo],
+        box_loss: str = "darknet",
+        gains: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    ):
         if box_loss not in ("darknet", "giou"):
             raise ValueError(f"box_loss must be 'darknet' or 'giou', got {box_loss!r}")
         self.heads = tuple(heads)
@@ -68,8 +72,9 @@ class YoloLoss:
         self.gains = gains
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
-    def __call__(self, outputs: Sequence[torch.Tensor], targets: torch.Tensor,
-                 input_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, outputs: Sequence[torch.Tensor], targets: torch.Tensor, input_hw: tuple[int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss of one mini-batch.
 
         Args:
@@ -92,8 +97,11 @@ class YoloLoss:
         gt_px = targets[:, 2:6] * scale_px  # [N, 4] cx, cy, w, h in input pixels
         gt_image = targets[:, 0].long()
         gt_class = targets[:, 1].long()
-        best_anchor = wh_iou(gt_px[:, 2:], self.all_anchors.to(host)).argmax(1) if len(targets) else \
-            torch.zeros(0, dtype=torch.long, device=host)
+        best_anchor = (
+            wh_iou(gt_px[:, 2:], self.all_anchors.to(host)).argmax(1)
+            if len(targets)
+            else torch.zeros(0, dtype=torch.long, device=host)
+        )
         gt_padded, gt_valid = _pad_per_image(gt_px, gt_image, batch_size)
         gt_padded = gt_padded.to(device, non_blocking=True)
         gt_valid = gt_valid.to(device, non_blocking=True)
@@ -114,8 +122,9 @@ class YoloLoss:
             gi = (g[:, 0] / stride_x).long().clamp(0, grid_w - 1)
             gj = (g[:, 1] / stride_y).long().clamp(0, grid_h - 1)
             b, c = gt_image[sel], gt_class[sel]
-            b, c, g, gi, gj, local_anchor = (t.to(device, non_blocking=True)
-                                             for t in (b, c, g, gi, gj, local_anchor))
+            b, c, g, gi, gj, local_anchor = (
+                t.to(device, non_blocking=True) for t in (b, c, g, gi, gj, local_anchor)
+            )
 
             # Ignore mask: predictions that already overlap some ground truth well.
             with torch.no_grad():
@@ -130,8 +139,12 @@ class YoloLoss:
             obj_weight = (~ignore).float()
             obj_target[b, local_anchor, gj, gi] = 1.0
             obj_weight[b, local_anchor, gj, gi] = 1.0
-            obj = obj + (F.binary_cross_entropy_with_logits(p[..., 4], obj_target, reduction="none")
-                         * obj_weight).sum()
+            obj = (
+                obj
+                + (
+                    F.binary_cross_entropy_with_logits(p[..., 4], obj_target, reduction="none") * obj_weight
+                ).sum()
+            )
             if not len(sel):
                 continue
 
@@ -144,8 +157,9 @@ class YoloLoss:
                 err = (torch.sigmoid(ps[:, :2]) - txy).pow(2).sum(1) + (ps[:, 2:4] - twh).pow(2).sum(1)
                 box = box + (0.5 * weight * err).sum()
             else:
-                pred = _decode(ps[:, :4], anchor_wh, stride_x, stride_y,
-                               grid=torch.stack([gi, gj], 1).float())
+                pred = _decode(
+                    ps[:, :4], anchor_wh, stride_x, stride_y, grid=torch.stack([gi, gj], 1).float()
+                )
                 giou = torch.diagonal(generalized_box_iou(_cxcywh_to_xyxy(pred), _cxcywh_to_xyxy(g)))
                 box = box + (weight * (1.0 - giou)).sum()
             one_hot = F.one_hot(c, head.num_classes).float()
@@ -155,8 +169,13 @@ class YoloLoss:
         return terms.sum(), terms.detach()
 
 
-def _decode(txywh: torch.Tensor, anchors: torch.Tensor, stride_x: float, stride_y: float,
-            grid: torch.Tensor | None = None) -> torch.Tensor:
+def _decode(
+    txywh: torch.Tensor,
+    anchors: torch.Tensor,
+    stride_x: float,
+    stride_y: float,
+    grid: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Raw (tx, ty, tw, th) -> (cx, cy, w, h) in input pixels.
 
     Without ``grid``: ``txywh`` is ``[B, A, H, W, 4]`` and ``anchors`` ``[A, 2]``; with ``grid``
@@ -164,8 +183,11 @@ def _decode(txywh: torch.Tensor, anchors: torch.Tensor, stride_x: float, stride_
     """
     if grid is None:
         _, _, grid_h, grid_w, _ = txywh.shape
-        ys, xs = torch.meshgrid(torch.arange(grid_h, device=txywh.device),
-                                torch.arange(grid_w, device=txywh.device), indexing="ij")
+        ys, xs = torch.meshgrid(
+            torch.arange(grid_h, device=txywh.device),
+            torch.arange(grid_w, device=txywh.device),
+            indexing="ij",
+        )
         grid = torch.stack([xs, ys], -1).float()[None, None]  # [1, 1, H, W, 2]
         anchors = anchors[None, :, None, None, :]
     stride = torch.tensor([stride_x, stride_y], device=txywh.device)
@@ -174,11 +196,15 @@ def _decode(txywh: torch.Tensor, anchors: torch.Tensor, stride_x: float, stride_
     return torch.cat([xy, wh], -1)
 
 
-def _pad_per_image(boxes: torch.Tensor, image: torch.Tensor, batch_size: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad_per_image(
+    boxes: torch.Tensor, image: torch.Tensor, batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``[N, 4]`` boxes with image indices -> ``[B, M, 4]`` padded and a ``[B, M]`` validity mask."""
-    counts = torch.bincount(image, minlength=batch_size) if len(image) else \
-        torch.zeros(batch_size, dtype=torch.long, device=boxes.device)
+    counts = (
+        torch.bincount(image, minlength=batch_size)
+        if len(image)
+        else torch.zeros(batch_size, dtype=torch.long, device=boxes.device)
+    )
     most = int(counts.max()) if batch_size else 0
     padded = boxes.new_zeros((batch_size, most, 4))
     valid = torch.zeros((batch_size, most), dtype=torch.bool, device=boxes.device)

@@ -33,8 +33,13 @@ class EvalResult:
     num_detections: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        return {"mAP50": self.map50, "mAP50-95": self.map50_95, "precision": self.precision,
-                "recall": self.recall, "f1": self.f1}
+        return {
+            "mAP50": self.map50,
+            "mAP50-95": self.map50_95,
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+        }
 
     def table(self, names: Sequence[str]) -> str:
         """Per-class table: class, ground truths, AP@0.5, AP@0.5:0.95."""
@@ -46,14 +51,19 @@ class EvalResult:
             ap = self.ap_per_class[index] if index < len(self.ap_per_class) else -1
             cells = (f"{ap50:6.3f}  {ap:7.3f}") if gt else f"{'-':>6}  {'-':>7}"
             lines.append(f"{name:<{width}}  {gt:>6}  {cells}")
-        lines.append(f"{'all':<{width}}  {sum(self.gt_per_class):>6}  {self.map50:6.3f}  {self.map50_95:7.3f}")
-        lines.append(f"P {self.precision:.3f}  R {self.recall:.3f}  F1 {self.f1:.3f} "
-                     f"({self.num_detections} detections on {self.num_images} images)")
+        lines.append(
+            f"{'all':<{width}}  {sum(self.gt_per_class):>6}  {self.map50:6.3f}  {self.map50_95:7.3f}"
+        )
+        lines.append(
+            f"P {self.precision:.3f}  R {self.recall:.3f}  F1 {self.f1:.3f} "
+            f"({self.num_detections} detections on {self.num_images} images)"
+        )
         return "\n".join(lines)
 
 
-def yolo_to_coco_gt(labels: Sequence[np.ndarray], image_hw: Sequence[tuple[int, int]],
-                    num_classes: int) -> dict:
+def yolo_to_coco_gt(
+    labels: Sequence[np.ndarray], image_hw: Sequence[tuple[int, int]], num_classes: int
+) -> dict:
     """Ground truth as a COCO dataset dict.
 
     Args:
@@ -70,11 +80,16 @@ def yolo_to_coco_gt(labels: Sequence[np.ndarray], image_hw: Sequence[tuple[int, 
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 5)
         for cls, cx, cy, w, h in boxes:
             bw, bh = w * width, h * height
-            annotations.append({
-                "id": len(annotations) + 1, "image_id": image_id, "category_id": int(cls) + 1,
-                "bbox": [float(cx * width - bw / 2), float(cy * height - bh / 2), float(bw), float(bh)],
-                "area": float(bw * bh), "iscrowd": 0,
-            })
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(cls) + 1,
+                    "bbox": [float(cx * width - bw / 2), float(cy * height - bh / 2), float(bw), float(bh)],
+                    "area": float(bw * bh),
+                    "iscrowd": 0,
+                }
+            )
     categories = [{"id": k + 1, "name": str(k)} for k in range(num_classes)]
     return {"images": images, "annotations": annotations, "categories": categories}
 
@@ -85,22 +100,37 @@ def detections_to_coco(detections: Sequence[np.ndarray]) -> list[dict]:
     for index, dets in enumerate(detections):
         dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)
         for x1, y1, x2, y2, score, cls in dets:
-            results.append({"image_id": index + 1, "category_id": int(cls) + 1,
-                            "bbox": [float(x1), float(y1), float(x2 - x1), float(y2 - y1)],
-                            "score": float(score)})
+            results.append(
+                {
+                    "image_id": index + 1,
+                    "category_id": int(cls) + 1,
+                    "bbox": [float(x1), float(y1), float(x2 - x1), float(y2 - y1)],
+                    "score": float(score),
+                }
+            )
     return results
 
 
-def coco_evaluate(gt: dict, detections: list[dict], *, conf_thres: float = 0.25, max_det: int = 300,
-                  backend: str = "pycocotools") -> EvalResult:
+def coco_evaluate(
+    gt: dict,
+    detections: list[dict],
+    *,
+    conf_thres: float = 0.25,
+    max_det: int = 300,
+    backend: str = "pycocotools",
+) -> EvalResult:
     """Run the COCO evaluator on a ground-truth dict and COCO result dicts."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     num_classes = len(gt["categories"])
     gt_counts = np.bincount([a["category_id"] - 1 for a in gt["annotations"]], minlength=num_classes)
-    result = EvalResult(num_images=len(gt["images"]), num_detections=len(detections),
-                        gt_per_class=[int(c) for c in gt_counts],
-                        ap50_per_class=[-1.0] * num_classes, ap_per_class=[-1.0] * num_classes)
+    result = EvalResult(
+        num_images=len(gt["images"]),
+        num_detections=len(detections),
+        gt_per_class=[int(c) for c in gt_counts],
+        ap50_per_class=[-1.0] * num_classes,
+        ap_per_class=[-1.0] * num_classes,
+    )
     if not gt["annotations"] or not detections:
         result.ap50_per_class = [0.0 if c else -1.0 for c in gt_counts]
         result.ap_per_class = list(result.ap50_per_class)
@@ -161,8 +191,9 @@ def _run(gt: dict, detections: list[dict], max_det: int, backend: str):
     return evaluator
 
 
-def _pr_at_conf(gt: dict, detections: list[dict], gt_counts: np.ndarray, conf_thres: float, max_det: int,
-               backend: str) -> tuple[float, float]:
+def _pr_at_conf(
+    gt: dict, detections: list[dict], gt_counts: np.ndarray, conf_thres: float, max_det: int, backend: str
+) -> tuple[float, float]:
     """Precision and recall of the detections scoring ``>= conf_thres``, at IoU 0.5.
 
     The evaluator is run again on those detections alone: its recall per class is then exactly the

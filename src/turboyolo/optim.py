@@ -37,20 +37,31 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ConfigError(f"[net] policy={self.policy} is not supported; use one of {', '.join(POLICIES)}")
+            raise ConfigError(
+                f"[net] policy={self.policy} is not supported; use one of {', '.join(POLICIES)}"
+            )
         if self.policy in ("poly", "cosine") and self.max_batches <= 0:
             raise ConfigError(f"[net] policy={self.policy} needs max_batches > 0")
 
     @classmethod
     def from_net(cls, net: NetSpec) -> Schedule:
         extra = dict(net.extra)
-        return cls(learning_rate=net.learning_rate, burn_in=net.burn_in, power=net.power, policy=net.policy,
-                   steps=tuple(net.steps), scales=tuple(net.scales), max_batches=net.max_batches,
-                   step=int(extra.get("step", 1)), scale=float(extra.get("scale", 1.0)))
+        return cls(
+            learning_rate=net.learning_rate,
+            burn_in=net.burn_in,
+            power=net.power,
+            policy=net.policy,
+            steps=tuple(net.steps),
+            scales=tuple(net.scales),
+            max_batches=net.max_batches,
+            step=int(extra.get("step", 1)),
+            scale=float(extra.get("scale", 1.0)),
+        )
 
 
 def lr_at(schedule: Schedule | NetSpec, iteration: int) -> float:
-    """Darknet's ``get_current_rate`` for 1-based ``iteration`` (the update after ``iteration * batch`` images).
+    """Darknet's ``get_current_rate`` for 1-based ``iteration`` (the update after ``iteration * batch``
+    images).
 
     During burn-in (``iteration < burn_in``) the rate is ``lr * (iteration / burn_in) ** power``; then the
     policy applies. For ``steps`` each scale applies once ``iteration >= step``.
@@ -88,8 +99,10 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
                 decay.append(param)
             else:
                 no_decay.append(param)
-    return [{"params": decay, "weight_decay": weight_decay, "name": "decay"},
-            {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
+    return [
+        {"params": decay, "weight_decay": weight_decay, "name": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
+    ]
 
 
 def build_optimizer(model: nn.Module, net: NetSpec, batch: int | None = None) -> torch.optim.Optimizer:

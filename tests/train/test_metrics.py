@@ -6,12 +6,13 @@ import pytest
 from turboyolo.metrics import coco_evaluate, detections_to_coco, yolo_to_coco_gt
 
 # Image 1 is 100x100 with crowns A (10..30) and B (60..80); image 2 is 200 wide x 100 high with C.
-LABELS = [np.array([[0, 0.2, 0.2, 0.2, 0.2], [0, 0.7, 0.7, 0.2, 0.2]]),
-          np.array([[0, 0.2, 0.4, 0.2, 0.4]])]
+LABELS = [np.array([[0, 0.2, 0.2, 0.2, 0.2], [0, 0.7, 0.7, 0.2, 0.2]]), np.array([[0, 0.2, 0.4, 0.2, 0.4]])]
 SIZES = [(100, 100), (100, 200)]
 # A found (0.9), a false positive (0.8), C found (0.7); B missed.
-DETECTIONS = [np.array([[10, 10, 30, 30, 0.9, 0], [40, 40, 50, 50, 0.8, 0]]),
-              np.array([[20, 20, 60, 60, 0.7, 0]])]
+DETECTIONS = [
+    np.array([[10, 10, 30, 30, 0.9, 0], [40, 40, 50, 50, 0.8, 0]]),
+    np.array([[20, 20, 60, 60, 0.7, 0]]),
+]
 # Ranked: TP, FP, TP of 3 -> recall 1/3, 1/3, 2/3 and precision 1, 1/2, 2/3. COCO's 101-point
 # interpolation: recall thresholds 0.00..0.33 (34 points) see 1.0, 0.34..0.66 (33 points) see 2/3.
 EXPECTED_AP = (34 * 1.0 + 33 * 2 / 3) / 101
@@ -46,8 +47,9 @@ def test_backends_agree_on_random_case():
     labels, sizes, dets = [], [], []
     for _ in range(6):
         n = rng.integers(0, 6)
-        boxes = np.column_stack([rng.integers(0, 3, n), rng.uniform(0.2, 0.8, (n, 2)),
-                                 rng.uniform(0.05, 0.3, (n, 2))])
+        boxes = np.column_stack(
+            [rng.integers(0, 3, n), rng.uniform(0.2, 0.8, (n, 2)), rng.uniform(0.05, 0.3, (n, 2))]
+        )
         labels.append(boxes)
         sizes.append((int(rng.integers(64, 200)), int(rng.integers(64, 200))))
         h, w = sizes[-1]

@@ -1,0 +1,174 @@
+"""Full-state checkpoints: atomic, written by a background thread, readable with ``weights_only=True``.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (so ``torch.load`` never has to
+run code from the file)::
+
+    format, version, model, ema (or None), ema_updates, optimizer, scaler, iteration, epoch,
+    epoch_batches (mini-batches of ``epoch`` already consumed), seen, best_fitness, rng, config, cfg_text
+
+Saving copies every tensor into buffers allocated once and reused (pinned memory on CUDA), hands the
+copy to a writer thread and returns: the training loop blocks only for the copy. The thread writes a
+temporary file, fsyncs it and renames it over the target, so a crash leaves either the old file or the
+new one, never a partial file under a checkpoint's name.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "turboyolo-checkpoint"
+VERSION = 1
+FAULT_ENV = "TURBOYOLO_CHECKPOINT_FAULT"  # "kill:<n>": SIGKILL the process midway through the n-th write
+
+
+def rng_state() -> dict[str, Any]:
+    """Torch (CPU and CUDA) and Python RNG states as tensors and lists."""
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": [version, list(internal), gauss]}
+    if torch.cuda.is_available():
+        state["cuda"] = [s for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def atomic_save(obj: Any, path: str | Path, fault: Callable[[Path], None] | None = None) -> Path:
+    """``torch.save`` to ``path`` through a temporary file, fsync and rename (then fsync the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        torch.save(obj, handle)
+        handle.flush()
+        if fault is not None:
+            fault(tmp)
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:  # pragma: no cover - some filesystems refuse a directory fsync
+        pass
+    return path
+
+
+def _fault_from_env() -> Callable[[int], Callable[[Path], None] | None]:
+    """The fault-injection hook for tests: ``TURBOYOLO_CHECKPOINT_FAULT=kill:<n>``."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec.startswith("kill:"):
+        return lambda _: None
+    target = int(spec.split(":", 1)[1])
+
+    def hook_for(count: int):
+        if count != target:
+            return None
+
+        def kill(tmp: Path) -> None:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        return kill
+
+    return hook_for
+
+
+class CheckpointWriter:
+    """Background, atomic checkpoint writer with reused host buffers.
+
+    ``save(state, paths)`` waits for the previous write (if still running), copies the tensors of
+    ``state`` into the buffers, queues the write and returns. ``close()`` waits for the last write.
+    """
+
+    def __init__(self, background: bool = True):
+        self.background = background
+        self._buffers: dict[tuple, torch.Tensor] = {}
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._idle = threading.Event()
+        self._idle.set()
+        self._error: BaseException | None = None
+        self._count = 0
+        self._fault = _fault_from_env()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ copy into reused buffers
+    def _snapshot(self, value: Any, key: tuple) -> Any:
+        if isinstance(value, torch.Tensor):
+            buffer = self._buffers.get(key)
+            if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+                pin = value.is_cuda and torch.cuda.is_available()
+                buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=pin)
+                self._buffers[key] = buffer
+            buffer.copy_(value.detach(), non_blocking=True)
+            return buffer
+        if isinstance(value, dict):
+            return {k: self._snapshot(v, (*key, k)) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._snapshot(v, (*key, i)) for i, v in enumerate(value)]
+        return value
+
+    def save(self, state: dict, paths: list[Path]) -> None:
+        self.wait()
+        snapshot = self._snapshot(state, ())
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the non-blocking copies must land before the thread reads them
+        self._count += 1
+        job = (snapshot, [Path(p) for p in paths], self._fault(self._count))
+        self._idle.clear()
+        if self.background:
+            self._queue.put(job)
+        else:
+            self._write(job)
+
+    def _write(self, job) -> None:
+        snapshot, paths, fault = job
+        try:
+            for index, path in enumerate(paths):
+                atomic_save(snapshot, path, fault if index == 0 else None)
+        except BaseException as err:  # noqa: BLE001 - surfaced in the training thread by wait()
+            self._error = err
+        finally:
+            self._idle.set()
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            self._write(job)
+
+    def wait(self) -> None:
+        """Block until the queued write is on disk; re-raise its error, if any."""
+        self._idle.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def close(self) -> None:
+        self.wait()
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,568 @@
+"""``turboyolo train``: train a Darknet .cfg on a data set (PyTorch-YOLOv3's flags work unchanged).
+
+Differences from PyTorch-YOLOv3's trainer: the optimizer is the cfg's (SGD unless it says ``adam=1`` or
+``optimizer=adam``; PyTorch-YOLOv3 uses Adam when the cfg names none); burn-in and LR steps count
+Darknet iterations of ``batch`` images from 1; the loss is divided by the images per iteration; EMA
+weights are evaluated; checkpoints hold the full state and ``--resume`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from turboyolo.cli import add_model_flags, add_run_flags
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    add_run_flags(parser, "train")
+    parser.add_argument("--logdir", dest="project", help="alias of --project (PyTorch-YOLOv3's name)")
+    parser.add_argument("-d", "--data", help=".data file or data.yaml of the data set")
+    parser.add_argument("-e", "--epochs", type=int, default=300, help="passes over the training set")
+    parser.add_argument(
+        "--max-batches",
+        type=int,
+        default=None,
+        help="stop after this many iterations (default: the cfg's max_batches; 0 = epochs only)",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print the per-class table every evaluation"
+    )
+    parser.add_argument(
+        "--n-cpu",
+        "--workers",
+        dest="workers",
+        type=int,
+        default=None,
+        help="loader worker processes (default: CPUs - 1)",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=1,
+        help="also keep weights/epoch<N>.pt every N epochs (last.pt and best.pt always)",
+    )
+    parser.add_argument(
+        "--evaluation-interval", type=int, default=1, help="evaluate every N epochs (0: never)"
+    )
+    parser.add_argument(
+        "--multiscale-training",
+        dest="multiscale",
+        action="store_true",
+        help="draw the input size per batch from 0.67x..1.5x --img-size",
+    )
+    parser.add_argument(
+        "--iou-thres", type=float, default=0.5, help="IoU for precision/recall at --conf-thres"
+    )
+    parser.add_argument("--conf-thres", type=float, default=0.1, help="score where P, R and F1 are read")
+    parser.add_argument("--nms-thres", type=float, default=0.5, help="IoU of per-class NMS in evaluation")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (-1 behaves as 0)")
+    parser.add_argument("--resume", help="checkpoint (weights/last.pt) to continue exactly where it stopped")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument(
+        "--amp",
+        default="auto",
+        choices=("auto", "off", "bf16", "fp16"),
+        help="mixed precision (auto: bf16 or fp16 on CUDA, off on CPU)",
+    )
+    parser.add_argument("--batch", type=int, default=None, help="images per iteration (overrides the cfg)")
+    parser.add_argument(
+        "--subdivisions", type=int, default=None, help="mini-batches per iteration (overrides the cfg)"
+    )
+    parser.add_argument("--img-size", type=int, default=None, help="network input side (overrides the cfg)")
+    parser.add_argument(
+        "--cache",
+        default="none",
+        choices=("none", "ram", "disk"),
+        help="decode each image once into a prepared cache",
+    )
+    parser.add_argument(
+        "--ema",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="evaluate and export an exponential moving average of the weights",
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--channels-last", action="store_true", help="channels_last memory format")
+    parser.add_argument("--box-loss", default="darknet", choices=("darknet", "giou"))
+    parser.add_argument("--clip-norm", type=float, default=10.0, help="gradient-norm clip (0: off)")
+    parser.add_argument(
+        "--time-limit",
+        dest="time_limit_min",
+        type=float,
+        default=0.0,
+        help="stop after this many minutes of training (0: none)",
+    )
+    parser.add_argument(
+        "--wandb", action="store_true", help="also log to Weights & Biases (WANDB_MODE=offline works)"
+    )
+
+
+def config_from_args(args: argparse.Namespace):
+    from turboyolo.config import TrainConfig
+
+    return TrainConfig(
+        cfg=args.cfg or "",
+        data=args.data or "",
+        weights=args.weights,
+        resume=args.resume,
+        epochs=args.epochs,
+        max_batches=args.max_batches,
+        batch=args.batch,
+        subdivisions=args.subdivisions,
+        img_size=args.img_size,
+        workers=args.workers,
+        device=args.device,
+        amp=args.amp,
+        cache=args.cache,
+        ema=args.ema,
+        compile=args.compile,
+        channels_last=args.channels_last,
+        multiscale=args.multiscale,
+        checkpoint_interval=args.checkpoint_interval,
+        evaluation_interval=args.evaluation_interval,
+        iou_thres=args.iou_thres,
+        conf_thres=args.conf_thres,
+        nms_thres=args.nms_thres,
+        box_loss=args.box_loss,
+        clip_norm=args.clip_norm,
+        seed=max(args.seed, 0),
+        project=args.project,
+        name=args.name,
+        exist_ok=args.exist_ok,
+        wandb=args.wandb,
+        verbose=args.verbose,
+        time_limit_min=args.time_limit_min,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = fit(config_from_args(args))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) -> Path:
+    """Train as ``config`` says; returns the run directory.
+
+    ``stop_at_iteration`` ends the run after that iteration as an interruption would (last.pt written,
+    nothing else changed), so tests can resume it.
+    """
+    import time
+
+    import torch
+
+    from turboyolo.checkpoint import CheckpointWriter, set_rng_state
+    from turboyolo.config import TrainConfig
+    from turboyolo.engine import StepOptions, TrainState, amp_dtype_for, evaluate, train_one_epoch
+    from turboyolo.formats.darknet_cfg import format_cfg, parse_cfg, parse_cfg_text
+    from turboyolo.logging import Progress, RunLogger
+    from turboyolo.loss import YoloLoss
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.model.loading import read_checkpoint, save_darknet_weights
+    from turboyolo.optim import ModelEMA, Schedule, build_optimizer
+    from turboyolo.rundir import next_run_dir
+
+    say = (lambda *a: None) if quiet else print
+    resume_state = None
+    if config.resume:
+        resume_state = read_checkpoint(config.resume)
+        saved = TrainConfig.from_dict(resume_state["config"])
+        # Only the run length may change on resume; everything that shapes the numbers is the saved one.
+        saved.epochs = max(saved.epochs, config.epochs) if config.epochs != 300 else saved.epochs
+        saved.resume = config.resume
+        config = saved
+        spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
+        run_dir = Path(config.resume).resolve().parent.parent
+    else:
+        spec = _apply_overrides(parse_cfg(config.cfg), config)
+        run_dir = next_run_dir(config.project, config.name, config.exist_ok)
+    weights_dir = run_dir / "weights"
+    weights_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "model.cfg").write_text(format_cfg(spec))
+    _write_config(run_dir / "config.yaml", config.as_dict())
+
+    device = _device(config.device)
+    torch.manual_seed(config.seed)
+    net = spec.net
+    if net.batch % net.subdivisions:
+        from turboyolo.config import FlagError
+
+        raise FlagError(
+            f"batch={net.batch} is not a multiple of subdivisions={net.subdivisions} "
+            "(cfg [net] or --batch/--subdivisions)"
+        )
+    mini_batch = net.batch // net.subdivisions
+    train_loader, val_loader, names = _loaders(config, spec, mini_batch)
+
+    model = Darknet(spec)
+    if config.weights and resume_state is None:
+        for line in load_pretrained(model, config.weights):
+            say(line)
+    if config.bn_momentum is not None:
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.momentum = config.bn_momentum
+    model.to(device)
+    if config.channels_last:
+        model.to(memory_format=torch.channels_last)
+    amp_dtype = amp_dtype_for(device, config.amp)
+    schedule = Schedule.from_net(net)
+    optimizer = build_optimizer(model, net)
+    say(
+        f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} "
+        f"decay {net.decay} "
+        f"(from the cfg; PyTorch-YOLOv3 would use Adam when the cfg names no optimizer); "
+        f"batch {net.batch} = {net.subdivisions} x {mini_batch}, burn_in {net.burn_in}, policy {net.policy}"
+    )
+    state = TrainState(
+        model=model,
+        optimizer=optimizer,
+        schedule=schedule,
+        loss_fn=YoloLoss(model.heads, box_loss=config.box_loss),
+        images_per_iteration=net.batch,
+        subdivisions=net.subdivisions,
+        ema=ModelEMA(model) if config.ema else None,
+        scaler=torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None,
+        max_iterations=net.max_batches if config.max_batches is None else config.max_batches,
+    )
+    if resume_state is not None:
+        _restore(state, resume_state)
+        set_rng_state(resume_state.get("rng", {}))
+        say(
+            f"resumed {config.resume}: iteration {state.iteration}, epoch {state.epoch}, "
+            f"mini-batch {state.epoch_batches}"
+        )
+    state.forward = torch.compile(model) if config.compile else None
+    options = StepOptions(
+        device=device,
+        amp_dtype=amp_dtype,
+        clip_norm=config.clip_norm,
+        channels_last=config.channels_last,
+        log_interval=config.log_interval,
+    )
+    logger = RunLogger(run_dir, config.as_dict(), wandb=config.wandb)
+    writer = CheckpointWriter()
+    cfg_text = format_cfg(spec)
+    progress = Progress(enabled=not quiet)
+    train_seconds = 0.0
+    limit_s = config.time_limit_min * 60.0
+    stopped = False
+
+    def checkpoint(paths):
+        state.last_checkpoint = str(weights_dir / "last.pt")
+        writer.save(_checkpoint_dict(state, config, cfg_text), paths)
+
+    def on_iteration(st, values):
+        nonlocal stopped
+        if values:
+            logger.scalars(values, st.iteration)
+        if stop_at_iteration is not None and st.iteration >= stop_at_iteration:
+            stopped = True
+        if limit_s and train_seconds + (time.perf_counter() - epoch_start) >= limit_s:
+            stopped = True
+        return stopped
+
+    say(
+        f"training "
+        f"on {device}: {len(train_loader.dataset)} images, {len(train_loader)} mini-batches/epoch; "
+        f"run {run_dir}"
+    )
+    try:
+        while state.epoch < config.epochs and not stopped:
+            if state.max_iterations and state.iteration >= state.max_iterations:
+                break
+            train_loader.set_epoch(state.epoch)
+            batches = (
+                train_loader
+                if state.epoch_batches == 0
+                else remaining_batches(train_loader, state.epoch_batches)
+            )
+            progress.start(state.epoch, config.epochs, len(train_loader), state.epoch_batches)
+            epoch_start = time.perf_counter()
+            stats = train_one_epoch(state, batches, len(train_loader), options, on_iteration, progress)
+            progress.close()
+            train_seconds += time.perf_counter() - epoch_start
+            finished = state.epoch_batches >= len(train_loader)
+            if not finished:  # interrupted mid-epoch: keep the exact position and stop
+                checkpoint([weights_dir / "last.pt"])
+                break
+            state.epoch += 1
+            state.epoch_batches = 0
+            row = {
+                "epoch": state.epoch,
+                "iteration": state.iteration,
+                "minutes": train_seconds / 60,
+                "lr": optimizer.param_groups[0]["lr"],
+                **stats,
+            }
+            done = (
+                stopped
+                or state.epoch >= config.epochs
+                or bool(state.max_iterations and state.iteration >= state.max_iterations)
+            )
+            if config.evaluation_interval and (state.epoch % config.evaluation_interval == 0 or done):
+                eval_model = state.ema.module if state.ema is not None else model
+                result, _ = evaluate(
+                    eval_model,
+                    val_loader,
+                    device=device,
+                    num_classes=len(names),
+                    conf_thres=config.conf_thres,
+                    nms_thres=config.nms_thres,
+                    amp_dtype=amp_dtype,
+                )
+                row.update(result.as_dict())
+                logger.scalars(result.as_dict(), state.iteration, prefix="val")
+                say(
+                    f"epoch {state.epoch}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  "
+                    f"P {result.precision:.3f} R {result.recall:.3f} (conf {config.conf_thres})  "
+                    f"{train_seconds / 60:.2f} min"
+                )
+                if config.verbose:
+                    say(result.table(names))
+                fitness = result.map50 * 0.1 + result.map50_95 * 0.9
+                paths = [weights_dir / "last.pt"]
+                if fitness > state.best_fitness:
+                    state.best_fitness = fitness
+                    paths.append(weights_dir / "best.pt")
+            else:
+                paths = [weights_dir / "last.pt"]
+            if config.checkpoint_interval and state.epoch % config.checkpoint_interval == 0:
+                paths.append(weights_dir / f"epoch{state.epoch}.pt")
+            logger.epoch_row(row)
+            checkpoint(paths)
+    finally:
+        progress.close()
+        writer.close()
+        logger.close()
+    final = state.ema.module if state.ema is not None else model
+    save_darknet_weights(final, weights_dir / "last.weights", seen=state.seen)
+    if (weights_dir / "best.pt").exists():
+        export_weights(weights_dir / "best.pt", spec, weights_dir / "best.weights")
+    say(
+        f"weights: {weights_dir} (last.pt, best.pt, last.weights, best.weights); "
+        f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; "
+        f"TensorBoard: {run_dir / 'tensorboard'}"
+    )
+    return run_dir
+
+
+def load_pretrained(model, weights: str | Path) -> list[str]:
+    """Load ``weights`` (Darknet .weights or checkpoint) into ``model``: everything whose shape fits.
+
+    Returns lines to print naming what was skipped. Darknet's ``seen`` is not carried over (the
+    schedule of this run starts at iteration 1).
+    """
+    from turboyolo.errors import WeightsError
+    from turboyolo.model.loading import (
+        checkpoint_model_state,
+        is_checkpoint,
+        load_darknet_weights,
+        load_matching,
+        read_checkpoint,
+        transfer_darknet_weights,
+    )
+
+    path = Path(weights)
+    if not path.exists():
+        raise WeightsError(
+            f"{path}: no such weights file (--pretrained-weights); "
+            "`turboyolo fetch yolov3-tiny` gets the COCO tiny weights"
+        )
+    if is_checkpoint(path):
+        loaded, skipped = load_matching(model, checkpoint_model_state(read_checkpoint(path)))
+        layers = sorted({int(n.split(".")[1]) for n in skipped if n.startswith("layers.")})
+        return [
+            f"loaded {len(loaded)} tensors from {path}"
+            + (f"; kept the initialisation of layers {layers} (shapes differ)" if layers else "")
+        ]
+    try:
+        load_darknet_weights(model, path)
+        return [f"loaded {path} (all layers)"]
+    except WeightsError:
+        _, skipped = transfer_darknet_weights(model, path)
+        return [
+            f"loaded {path} into every layer whose shape matches; layers {skipped} keep their "
+            "initialisation (another class count or anchors)"
+        ]
+
+
+def export_weights(checkpoint_path: Path, spec, out: Path) -> Path:
+    """Darknet ``.weights`` from a checkpoint (its EMA weights when present)."""
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.model.loading import checkpoint_model_state, read_checkpoint, save_darknet_weights
+
+    state = read_checkpoint(checkpoint_path)
+    model = Darknet(spec)
+    model.load_state_dict(checkpoint_model_state(state))
+    return save_darknet_weights(model, out, seen=int(state.get("seen", 0)))
+
+
+def remaining_batches(loader, skip: int):
+    """The batches of the loader's current epoch after the first ``skip`` (mid-epoch resume).
+
+    The data pipeline derives every batch from (seed, epoch, index), so skipping in the sampler yields
+    exactly the batches the interrupted run would have seen; no image of the skipped part is decoded.
+    """
+    import itertools
+
+    import torch
+
+    from turboyolo.data.loader import collate
+
+    sampler = loader.batch_sampler
+
+    class _Tail(torch.utils.data.Sampler):
+        def __iter__(self):
+            return itertools.islice(iter(sampler), skip, None)
+
+        def __len__(self):
+            return max(len(sampler) - skip, 0)
+
+    return torch.utils.data.DataLoader(
+        loader.dataset,
+        batch_sampler=_Tail(),
+        num_workers=min(loader.workers, 1),
+        collate_fn=collate,
+        pin_memory=loader.pin_memory,
+        worker_init_fn=_one_thread if loader.workers else None,
+    )
+
+
+def _one_thread(_: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _apply_overrides(spec, config):
+    changes = {}
+    if config.batch:
+        changes["batch"] = config.batch
+    if config.subdivisions:
+        changes["subdivisions"] = config.subdivisions
+    if config.img_size:
+        changes["width"] = changes["height"] = config.img_size
+    if config.max_batches is not None:
+        changes["max_batches"] = config.max_batches
+    return spec.with_net(**changes) if changes else spec
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.isdigit():
+        return torch.device(f"cuda:{name}")
+    return torch.device(name)
+
+
+def _loaders(config, spec, mini_batch: int):
+    from turboyolo.data.augment import AugmentParams
+    from turboyolo.data.loader import build_loader
+    from turboyolo.data.scan import scan_dataset
+    from turboyolo.formats.darknet_cfg import YoloSpec
+
+    net = spec.net
+    img_size = net.width
+    train_scan = scan_dataset(config.data, "train")
+    val_scan = scan_dataset(config.data, "val", train_scan.names)
+    names = train_scan.names or val_scan.names
+    jitter = next((layer.jitter for layer in spec.layers if isinstance(layer, YoloSpec)), 0.3)
+    extra = dict(net.extra)
+    augment = AugmentParams.from_net(
+        angle=net.angle,
+        saturation=max(net.saturation, 1.0),
+        exposure=max(net.exposure, 1.0),
+        hue=net.hue,
+        jitter=min(jitter, 0.3),
+        flip=extra.get("flip", "1") != "0",
+    )
+    multiscale = (
+        (int(img_size * 0.67) // 32 * 32, int(img_size * 1.5) // 32 * 32) if config.multiscale else None
+    )
+    cache = val_cache = None
+    if config.cache != "none":
+        from turboyolo.data.cache import prepare_cache
+
+        side = multiscale[1] if multiscale else img_size
+        root = Path(config.data).resolve().parent / ".turboyolo-cache"
+        cache = prepare_cache(
+            train_scan.samples,
+            side,
+            root / f"train-{side}" if config.cache == "disk" else None,
+            memory=config.cache,
+        )
+        val_cache = prepare_cache(
+            val_scan.samples,
+            img_size,
+            root / f"val-{img_size}" if config.cache == "disk" else None,
+            memory=config.cache,
+        )
+    train_loader = build_loader(
+        train_scan.samples,
+        img_size=img_size,
+        batch_size=mini_batch,
+        augment=augment if config.augment else None,
+        workers=config.workers,
+        shuffle=True,
+        seed=config.seed,
+        multiscale=multiscale,
+        cache=cache,
+    )
+    val_loader = build_loader(
+        val_scan.samples,
+        img_size=img_size,
+        batch_size=config.eval_batch or 2 * mini_batch,
+        augment=None,
+        workers=config.workers,
+        shuffle=False,
+        seed=config.seed,
+        cache=val_cache,
+    )
+    return train_loader, val_loader, list(names)
+
+
+def _checkpoint_dict(state, config, cfg_text: str) -> dict:
+    from turboyolo.checkpoint import FORMAT, VERSION, rng_state
+
+    model = state.model
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": model.state_dict(),
+        "ema": state.ema.state_dict() if state.ema is not None else None,
+        "ema_updates": state.ema.updates if state.ema is not None else 0,
+        "optimizer": state.optimizer.state_dict(),
+        "scaler": state.scaler.state_dict() if state.scaler is not None else {},
+        "iteration": state.iteration,
+        "epoch": state.epoch,
+        "epoch_batches": state.epoch_batches,
+        "seen": state.seen,
+        "best_fitness": state.best_fitness,
+        "rng": rng_state(),
+        "config": config.as_dict(),
+        "cfg_text": cfg_text,
+    }
+
+
+def _restore(state, saved: dict) -> None:
+    state.model.load_state_dict(saved["model"])
+    state.optimizer.load_state_dict(saved["optimizer"])
+    if state.ema is not None and saved.get("ema") is not None:
+        state.ema.load_state_dict(saved["ema"])
+        state.ema.updates = int(saved.get("ema_updates", 0))
+    if state.scaler is not None and saved.get("scaler"):
+        state.scaler.load_state_dict(saved["scaler"])
+    state.iteration, state.epoch = int(saved["iteration"]), int(saved["epoch"])
+    state.epoch_batches, state.seen = int(saved["epoch_batches"]), int(saved["seen"])
+    state.best_fitness = float(saved.get("best_fitness", -1.0))
+
+
+def _write_config(path: Path, values: dict) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(values, sort_keys=False))

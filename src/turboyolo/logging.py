@@ -1,0 +1,183 @@
+"""Training output: a progress bar, TensorBoard, W&B (optional), ``results.csv`` and ``results.png``.
+
+Everything here is fed already-synchronised Python numbers (the engine reads the device once per log
+interval), so logging never adds a host-device sync.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+RESULT_COLUMNS = (
+    "epoch",
+    "iteration",
+    "minutes",
+    "lr",
+    "box",
+    "obj",
+    "cls",
+    "loss",
+    "images_per_s",
+    "data_wait",
+    "precision",
+    "recall",
+    "f1",
+    "mAP50",
+    "mAP50-95",
+)
+
+
+class Progress:
+    """One tqdm bar per epoch: loss terms, LR, images/s and the share of time spent waiting for data."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.bar = None
+
+    def start(self, epoch: int, epochs: int, total: int, done: int = 0) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=total,
+            initial=done,
+            desc=f"epoch {epoch}/{epochs}",
+            unit="batch",
+            file=sys.stdout,
+            dynamic_ncols=True,
+            leave=True,
+            mininterval=0.5,
+        )
+
+    def update(self, state, values: dict) -> None:
+        if self.bar is None:
+            return
+        self.bar.n = state.epoch_batches
+        self.bar.set_postfix_str(
+            f"box {values['box']:.3f} obj {values['obj']:.3f} cls {values['cls']:.3f} "
+            f"lr {values['lr']:.2e} {values['images_per_s']:.1f} img/s wait {100 * values['data_wait']:.0f}%",
+            refresh=True,
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class RunLogger:
+    """results.csv, TensorBoard and (with ``wandb=True``) Weights & Biases for one run directory."""
+
+    def __init__(self, run_dir: Path, config: dict, tensorboard: bool = True, wandb: bool = False):
+        self.run_dir = Path(run_dir)
+        self.csv_path = self.run_dir / "results.csv"
+        self.tb = None
+        self.wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            except ImportError:
+                print("tensorboard is not installed; `pip install tensorboard` for TensorBoard logs")
+        if wandb:
+            try:
+                import wandb as wandb_module
+            except ImportError as err:
+                from turboyolo.errors import TurboYoloError
+
+                raise TurboYoloError(
+                    "--wandb needs the wandb package: pip install 'turboyolo[wandb]' "
+                    "(set WANDB_MODE=offline to log without an account)"
+                ) from err
+            self.wandb = wandb_module.init(
+                project="turboyolo", name=self.run_dir.name, config=config, dir=str(self.run_dir)
+            )
+
+    def scalars(self, values: dict, step: int, prefix: str = "train") -> None:
+        if self.tb is not None:
+            for key, value in values.items():
+                self.tb.add_scalar(f"{prefix}/{key}", value, step)
+        if self.wandb is not None:
+            self.wandb.log({f"{prefix}/{k}": v for k, v in values.items()}, step=step)
+
+    def images(self, tag: str, drawings: list, step: int) -> None:
+        """``drawings``: HWC uint8 arrays (predictions drawn on val images)."""
+        if self.tb is not None:
+            for index, image in enumerate(drawings):
+                self.tb.add_image(f"{tag}/{index}", image, step, dataformats="HWC")
+        if self.wandb is not None:
+            import wandb as wandb_module
+
+            self.wandb.log({tag: [wandb_module.Image(d) for d in drawings]}, step=step)
+
+    def epoch_row(self, row: dict) -> None:
+        new = not self.csv_path.exists()
+        with open(self.csv_path, "a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow(
+                {
+                    k: (f"{row[k]:.6g}" if isinstance(row.get(k), float) else row.get(k, ""))
+                    for k in RESULT_COLUMNS
+                }
+            )
+
+    def close(self) -> None:
+        if self.csv_path.exists():
+            plot_results(self.csv_path)  # once, at the end: matplotlib costs seconds on a small CPU
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def read_results(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def plot_results(csv_path: Path) -> Path | None:
+    """``results.png`` beside ``results.csv``: losses, LR, throughput and mAP against epochs."""
+    rows = read_results(csv_path)
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key):
+        xs, ys = [], []
+        for row in rows:
+            if row.get(key) not in (None, ""):
+                xs.append(float(row["epoch"]))
+                ys.append(float(row[key]))
+        return xs, ys
+
+    panels = [
+        ("loss", ("box", "obj", "cls", "loss")),
+        ("lr", ("lr",)),
+        ("images/s", ("images_per_s",)),
+        ("P / R / F1", ("precision", "recall", "f1")),
+        ("mAP", ("mAP50", "mAP50-95")),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+    for ax, (title, keys) in zip(axes, panels, strict=True):
+        for key in keys:
+            xs, ys = series(key)
+            if xs:
+                ax.plot(xs, ys, marker=".", label=key)
+        ax.set_title(title)
+        ax.set_xlabel("epoch")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = csv_path.with_suffix(".png")
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return out

@@ -1,0 +1,155 @@
+"""End-to-end training on synthetic squares: overfitting, exact resume, crash safety, CLI flags."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from train.synth import make_dataset, micro_cfg
+from turboyolo.commands.train import fit
+from turboyolo.config import TrainConfig
+from turboyolo.logging import read_results
+
+
+def _config(cfg: Path, data: Path, project: Path, **changes) -> TrainConfig:
+    values = dict(
+        cfg=str(cfg),
+        data=str(data),
+        epochs=100,
+        workers=0,
+        project=str(project),
+        conf_thres=0.25,
+        evaluation_interval=0,
+        checkpoint_interval=0,
+        bn_momentum=0.1,
+    )
+    values.update(changes)
+    return TrainConfig(**values)
+
+
+@pytest.mark.slow
+def test_overfits_four_images(tmp_path):
+    data = make_dataset(tmp_path / "data", 4, 0, val_is_train=True)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=4, learning_rate=0.003, extra="optimizer=adam")
+    run = fit(
+        _config(cfg, data, tmp_path / "runs", epochs=90, evaluation_interval=30, augment=False, ema=False),
+        quiet=True,
+    )
+    rows = read_results(run / "results.csv")
+    assert float(rows[-1]["mAP50"]) >= 0.9, rows[-1]
+    assert (run / "results.png").exists() and (run / "weights" / "best.weights").exists()
+    assert any((run / "tensorboard").iterdir())
+
+
+def _train_state(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return {
+        **{f"model.{k}": v for k, v in state["model"].items()},
+        **{f"ema.{k}": v for k, v in state["ema"].items()},
+    }
+
+
+@pytest.mark.slow
+def test_resume_mid_epoch_is_exact(tmp_path):
+    # 8 images, mini-batch 2, 2 subdivisions: 4 mini-batches and 2 iterations per epoch; stopping after
+    # iteration 3 leaves the run in the middle of epoch 1. Augmentation on, one persistent worker.
+    data = make_dataset(tmp_path / "data", 8, 2)
+    cfg = micro_cfg(
+        tmp_path / "micro.cfg", batch=4, subdivisions=2, learning_rate=0.01, burn_in=2, max_batches=5
+    )
+    common = dict(workers=1, evaluation_interval=1)
+    straight = fit(_config(cfg, data, tmp_path / "a", **common), quiet=True)
+    first = fit(_config(cfg, data, tmp_path / "b", **common), stop_at_iteration=3, quiet=True)
+    saved = torch.load(first / "weights" / "last.pt", weights_only=True)
+    assert (saved["iteration"], saved["epoch"], saved["epoch_batches"]) == (3, 1, 2)
+    resumed = fit(TrainConfig(resume=str(first / "weights" / "last.pt")), quiet=True)
+    assert resumed == first
+    a, b = _train_state(straight / "weights" / "last.pt"), _train_state(resumed / "weights" / "last.pt")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert torch.load(resumed / "weights" / "last.pt", weights_only=True)["iteration"] == 5
+
+
+@pytest.mark.slow
+def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path):
+    data = make_dataset(tmp_path / "data", 4, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01, max_batches=6)
+    project = tmp_path / "runs"
+    script = (
+        "from turboyolo.commands.train import fit\n"
+        "from turboyolo.config import TrainConfig\n"
+        f"fit(TrainConfig(cfg={str(cfg)!r}, data={str(data)!r}, epochs=3, workers=0,"
+        f" project={str(project)!r}, evaluation_interval=0, checkpoint_interval=1), quiet=True)\n"
+    )
+    env = {**os.environ, "TURBOYOLO_CHECKPOINT_FAULT": "kill:2"}  # die inside the 2nd write (epoch 2)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    weights = project / "exp" / "weights"
+    names = sorted(p.name for p in weights.iterdir())
+    assert "last.pt" in names and "epoch1.pt" in names and "epoch2.pt" not in names, names
+    last = torch.load(weights / "last.pt", weights_only=True)
+    assert last["epoch"] == 1 and last["iteration"] == 2  # the previous, complete checkpoint
+    run = fit(TrainConfig(resume=str(weights / "last.pt")), quiet=True)
+    assert torch.load(run / "weights" / "last.pt", weights_only=True)["iteration"] == 6
+    for path in (run / "weights").glob("*.pt"):
+        torch.load(path, weights_only=True)  # every checkpoint loads without running code
+
+
+def test_train_flags_accept_pytorch_yolov3_names():
+    from turboyolo.cli import build_parser
+    from turboyolo.commands.train import config_from_args
+
+    args = build_parser().parse_args(
+        [
+            "train",
+            "--model",
+            "a.cfg",
+            "--data",
+            "d.data",
+            "--epochs",
+            "3",
+            "--n_cpu",
+            "2",
+            "--pretrained_weights",
+            "w.weights",
+            "--checkpoint_interval",
+            "5",
+            "--evaluation_interval",
+            "2",
+            "--multiscale_training",
+            "--iou_thres",
+            "0.6",
+            "--conf_thres",
+            "0.2",
+            "--nms_thres",
+            "0.4",
+            "--logdir",
+            "logs",
+            "--seed",
+            "-1",
+            "--img_size",
+            "320",
+            "--time-limit",
+            "1.5",
+        ]
+    )
+    config = config_from_args(args)
+    assert (config.cfg, config.data, config.weights, config.workers) == ("a.cfg", "d.data", "w.weights", 2)
+    assert (config.checkpoint_interval, config.evaluation_interval, config.multiscale) == (5, 2, True)
+    assert (config.iou_thres, config.conf_thres, config.nms_thres) == (0.6, 0.2, 0.4)
+    assert (config.project, config.seed, config.img_size, config.time_limit_min) == ("logs", 0, 320, 1.5)
+
+
+def test_bad_flags_name_the_flag():
+    from turboyolo.config import FlagError
+
+    with pytest.raises(FlagError, match="--img-size"):
+        TrainConfig(cfg="a.cfg", data="d.data", img_size=100)
+    with pytest.raises(FlagError, match="--data"):
+        TrainConfig(cfg="a.cfg")
