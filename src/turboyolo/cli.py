@@ -22,8 +22,6 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("demo", "demo", "the main job on real sample data (what `make demo` runs)"),
     ("train", "train", "train a model from a Darknet .cfg on a data set (PyTorch-YOLOv3's flags work)"),
     ("test", "test", "evaluate weights or a checkpoint on a data split (mAP@0.5, mAP@0.5:0.95, per class)"),
-    ("train", "train", "train a model from a Darknet .cfg on a data set (PyTorch-YOLOv3's flags work)"),
-    ("test", "test", "evaluate weights or a checkpoint on a data split (mAP@0.5, mAP@0.5:0.95, per class)"),
     ("anchors", "anchors", "fit anchors to a data set's boxes (k-means, 1 - IoU) and show their recall"),
     ("export", "export", "export a network to ONNX (raw, decoded or with NMS), checked with onnxruntime"),
 ]
