@@ -13,6 +13,7 @@ from turboyolo.data.augment import (
     augment_sample,
     hsv_table_from,
     letterbox_matrix,
+    mosaic_sample,
     sample_rng,
 )
 
@@ -154,3 +155,38 @@ def test_from_net_and_validation():
         AugmentParams(saturation=0.5)
     with pytest.raises(ValueError):
         AugmentParams(scale=(1.5, 1.0))
+
+
+COLOURS = ((255, 40, 40), (40, 255, 40), (40, 40, 255), (255, 255, 255))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(scenes(), min_size=4, max_size=4), st.integers(0, 2**31 - 1))
+def test_mosaic_boxes_follow_pixels(scenes_, seed):
+    params = AugmentParams(scale=(0.6, 1.4), hue=0.0, saturation=1.0, exposure=1.0, flip=0.5, mosaic=1.0)
+    parts = []
+    for k, (h, w, box, _, _) in enumerate(scenes_):
+        image = np.full((h, w, 3), FILL_VALUE, np.uint8)
+        image[box[1]:box[3], box[0]:box[2]] = COLOURS[k]
+        labels = np.array([[k, (box[0] + box[2]) / 2 / w, (box[1] + box[3]) / 2 / h,
+                            (box[2] - box[0]) / w, (box[3] - box[1]) / h]], np.float32)
+        parts.append((image, labels, (h, w)))
+    out, boxes, _ = mosaic_sample(parts, OUT, params, sample_rng(seed, 0, 0))
+    assert out.shape == (OUT, OUT, 3)
+    assert len(set(boxes[:, 0].tolist())) == len(boxes)
+    for row in boxes:
+        k = int(row[0])
+        mask = np.all(np.abs(out.astype(int) - np.array(COLOURS[k])) < 50, axis=2)
+        assert mask.any()
+        ys, xs = np.nonzero(mask)
+        extent = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], float)
+        cx, cy, bw, bh = row[1:] * OUT
+        got = np.array([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2])
+        np.testing.assert_allclose(got, extent, atol=2.0)
+    for k in set(range(4)) - set(boxes[:, 0].astype(int).tolist()):
+        mask = np.all(np.abs(out.astype(int) - np.array(COLOURS[k])) < 50, axis=2)
+        if mask.any():  # a dropped box shows at most a sliver or a small part of itself
+            ys, xs = np.nonzero(mask)
+            h, w, box, _, _ = scenes_[k]
+            assert min(xs.max() - xs.min(), ys.max() - ys.min()) + 1 < params.min_box_px + 2 or \
+                mask.sum() < 0.5 * (box[2] - box[0]) * (box[3] - box[1]) * (0.5 * OUT / max(h, w) * 1.4) ** 2

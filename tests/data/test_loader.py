@@ -121,3 +121,14 @@ def test_cache_refuses_when_space_is_short(samples, tmp_path, monkeypatch):
     monkeypatch.setattr(cache_module, "available_bytes", lambda memory, where: 1000)
     with pytest.raises(cache_module.DataError, match="GiB"):
         prepare_cache(samples, 64, tmp_path / "p", log=lambda *_: None)
+
+
+def test_mosaic_option_deterministic_and_counts_failures(samples):
+    kwargs = dict(img_size=64, batch_size=4, augment=AugmentParams.from_net(mosaic=0.5), shuffle=True, seed=2)
+    reference = _epochs(build_loader(samples, workers=0, **kwargs))
+    _assert_same(reference, _epochs(build_loader(samples, workers=2, **kwargs)))
+    assert AugmentParams.from_net().mosaic == 0.0  # outside the default
+    samples[4].image.write_bytes(b"")
+    loader = build_loader(samples, workers=0, **{**kwargs, "augment": AugmentParams(mosaic=1.0)})
+    assert all(len(m) == 4 for _, _, m in list(loader)[:-1])
+    assert loader.replaced_count >= 1 and all(p == str(samples[4].image) for p, _ in loader.replaced)

@@ -38,6 +38,9 @@ class AugmentParams:
         flip: probability of a horizontal flip.
         min_box_px: boxes narrower or lower than this (output pixels) after clipping are dropped.
         min_visible: boxes keeping less than this fraction of their area inside the image are dropped.
+        mosaic: probability that a training sample is a mosaic of 4 images (0 = off, the default).
+            A mosaic places the 4 images (each scaled by ``scale`` to about half the output) around a
+            random centre, then applies flip and HSV; rotation and translation are not applied to it.
     """
 
     degrees: float = 0.0
@@ -50,24 +53,27 @@ class AugmentParams:
     flip: float = 0.5
     min_box_px: float = 2.0
     min_visible: float = 0.25
+    mosaic: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.scale[0] <= self.scale[1]:
             raise ValueError(f"scale range {self.scale} must satisfy 0 < lo <= hi")
         if self.saturation < 1 or self.exposure < 1:
             raise ValueError("saturation and exposure are Darknet factors >= 1 (1 = off)")
+        if not 0 <= self.mosaic <= 1:
+            raise ValueError("mosaic is a probability in [0, 1]")
         if not 0 <= self.flip <= 1 or self.jitter < 0 or self.hue < 0 or self.translate < 0:
             raise ValueError("flip must be a probability; jitter, hue and translate >= 0")
 
     @classmethod
     def from_net(cls, angle: float = 0.0, saturation: float = 1.5, exposure: float = 1.5, hue: float = 0.1,
                  jitter: float = 0.3, flip: bool = True, scale: tuple[float, float] = (0.75, 1.25),
-                 translate: float = 0.1) -> AugmentParams:
+                 translate: float = 0.1, mosaic: float = 0.0) -> AugmentParams:
         """Parameters from Darknet ``[net]`` values (``angle``, ``saturation``, ``exposure``, ``hue``,
         ``jitter``, ``flip``) plus scale and translate ranges Darknet lacks."""
         return cls(degrees=float(angle), scale=(float(scale[0]), float(scale[1])), translate=float(translate),
                    jitter=float(jitter), hue=float(hue), saturation=float(saturation),
-                   exposure=float(exposure), flip=0.5 if flip else 0.0)
+                   exposure=float(exposure), flip=0.5 if flip else 0.0, mosaic=float(mosaic))
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
@@ -113,18 +119,20 @@ def random_matrix(orig_hw: tuple[int, int], out_size: int, params: AugmentParams
     return np.hstack([linear, offset[:, None]])
 
 
-def warp_image(image: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray, out_size: int,
-               fill: int = FILL_VALUE) -> np.ndarray:
+def warp_image(image: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray,
+               out_size: int | tuple[int, int], fill: int = FILL_VALUE) -> np.ndarray:
     """Warp a decoded image (any size standing for the original ``orig_hw``) with ``matrix``.
 
     Args:
         image: uint8 [h, w, 3], the original image possibly pre-resized (e.g. by a reduced decode).
         orig_hw: size of the original the matrix refers to.
         matrix: 2x3 original px -> net px (continuous coordinates).
+        out_size: side of the square output, or its (width, height).
 
     Returns:
-        uint8 [out_size, out_size, 3].
+        uint8 [height, width, 3].
     """
+    dsize = (out_size, out_size) if isinstance(out_size, int) else tuple(out_size)
     h, w = image.shape[:2]
     # image px -> original px is a per-axis scale; then convert continuous coordinates to OpenCV's
     # pixel-centre convention: x_i' = A (x_i + 0.5) + b - 0.5.
@@ -137,17 +145,19 @@ def warp_image(image: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray, 
         interp = cv2.INTER_NEAREST  # pure integer-ish shift: keep pixels exact when offsets are whole
         if abs(m[0, 2] - round(m[0, 2])) > 1e-9 or abs(m[1, 2] - round(m[1, 2])) > 1e-9:
             interp = cv2.INTER_LINEAR
-    return cv2.warpAffine(image, m, (out_size, out_size), flags=interp, borderMode=cv2.BORDER_CONSTANT,
+    return cv2.warpAffine(image, m, dsize, flags=interp, borderMode=cv2.BORDER_CONSTANT,
                           borderValue=(fill, fill, fill))
 
 
 def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray, out_size: int,
-                    min_box_px: float = 2.0, min_visible: float = 0.25) -> np.ndarray:
+                    min_box_px: float = 2.0, min_visible: float = 0.25,
+                    clip: tuple[float, float, float, float] | None = None) -> np.ndarray:
     """Move YOLO boxes through ``matrix``; clip to the output; drop tiny or mostly-outside boxes.
 
     Args:
         labels: float32 [N, 5] (cls, cx, cy, w, h) relative to the original image.
         matrix: 2x3 original px -> net px.
+        clip: (x1, y1, x2, y2) region of the output the boxes are clipped to (default: all of it).
 
     Returns:
         float32 [M, 5] (cls, cx, cy, w, h) relative to the ``out_size`` x ``out_size`` output, M <= N.
@@ -163,8 +173,9 @@ def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.nda
     ny = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2]
     x1, x2, y1, y2 = nx.min(1), nx.max(1), ny.min(1), ny.max(1)
     full_area = (x2 - x1) * (y2 - y1)
-    x1c, x2c = np.clip(x1, 0, out_size), np.clip(x2, 0, out_size)
-    y1c, y2c = np.clip(y1, 0, out_size), np.clip(y2, 0, out_size)
+    cx1, cy1, cx2, cy2 = clip if clip is not None else (0, 0, out_size, out_size)
+    x1c, x2c = np.clip(x1, cx1, cx2), np.clip(x2, cx1, cx2)
+    y1c, y2c = np.clip(y1, cy1, cy2), np.clip(y2, cy1, cy2)
     cw, ch = x2c - x1c, y2c - y1c
     keep = (cw >= min_box_px) & (ch >= min_box_px) & (cw * ch >= min_visible * np.maximum(full_area, 1e-9))
     out = np.stack([labels[:, 0], (x1c + x2c) / 2 / out_size, (y1c + y2c) / 2 / out_size,
@@ -231,3 +242,53 @@ def augment_sample(image: np.ndarray, labels: np.ndarray, orig_hw: tuple[int, in
         out = apply_hsv(out, table)
     boxes = transform_boxes(labels, orig_hw, matrix, out_size, params.min_box_px, params.min_visible)
     return out, boxes, matrix
+
+
+def mosaic_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The rng deciding whether sample ``index`` is a mosaic and which images join it."""
+    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x405A1C])
+
+
+def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], out_size: int,
+                  params: AugmentParams, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Four images around a random centre, then flip and HSV (see ``AugmentParams.mosaic``).
+
+    Args:
+        parts: 4 x (uint8 image standing for the original, float32 [N, 5] labels relative to the
+            original, orig_hw); the first is the sample itself.
+
+    Returns:
+        (uint8 [out_size, out_size, 3], float32 [M, 5] relative to the output, 2x3 matrix of the first
+        image, original px -> output px, before the flip).
+    """
+    assert len(parts) == 4, "a mosaic has 4 images"
+    size = out_size
+    cx, cy = (int(round(v)) for v in rng.uniform(0.25 * size, 0.75 * size, size=2))
+    zooms = rng.uniform(params.scale[0], params.scale[1], size=4)
+    flip = rng.random() < params.flip
+    table = hsv_table(rng, params.hue, params.saturation, params.exposure)
+    canvas = np.full((size, size, 3), FILL_VALUE, np.uint8)
+    quadrants = ((0, 0, cx, cy), (cx, 0, size, cy), (0, cy, cx, size), (cx, cy, size, size))
+    all_boxes, first_matrix = [], None
+    for k, ((image, labels, orig_hw), (qx1, qy1, qx2, qy2)) in enumerate(zip(parts, quadrants, strict=True)):
+        h, w = orig_hw
+        s = 0.5 * size / max(h, w) * zooms[k]
+        # the image's corner that touches the centre: bottom-right, bottom-left, top-right, top-left
+        tx = cx - s * w if k in (0, 2) else cx
+        ty = cy - s * h if k in (0, 1) else cy
+        matrix = np.array([[s, 0.0, tx], [0.0, s, ty]])
+        first_matrix = matrix if first_matrix is None else first_matrix
+        if qx2 > qx1 and qy2 > qy1:
+            local = matrix.copy()
+            local[:, 2] -= (qx1, qy1)
+            canvas[qy1:qy2, qx1:qx2] = warp_image(image, orig_hw, local, (qx2 - qx1, qy2 - qy1))
+        all_boxes.append(transform_boxes(labels, orig_hw, matrix, size, params.min_box_px, params.min_visible,
+                                         clip=(qx1, qy1, qx2, qy2)))
+    boxes = np.concatenate(all_boxes).astype(np.float32)
+    if flip:
+        canvas = cv2.flip(canvas, 1)
+        boxes[:, 1] = 1.0 - boxes[:, 1]
+    if params.hue or params.saturation > 1 or params.exposure > 1:
+        canvas = apply_hsv(canvas, table)
+    return canvas, boxes, first_matrix

@@ -22,7 +22,14 @@ import cv2
 import numpy as np
 import torch
 
-from turboyolo.data.augment import AugmentParams, augment_sample, letterbox_matrix, sample_rng
+from turboyolo.data.augment import (
+    AugmentParams,
+    augment_sample,
+    letterbox_matrix,
+    mosaic_rng,
+    mosaic_sample,
+    sample_rng,
+)
 from turboyolo.data.decode import decode_image
 from turboyolo.data.scan import Sample
 from turboyolo.errors import DataError
@@ -41,7 +48,7 @@ class ImageMeta:
         ratio: letterbox scale (network px per original px).
         pad: (pad_x, pad_y) letterbox offsets in network px; ``orig = (net - pad) / ratio``.
         matrix: 2x3 original px -> network px (equals ratio/pad for validation; includes augmentation).
-        replaced: (path, reason) of the broken sample this slot replaced, else ``None``.
+        failures: (path, reason) of every broken sample this slot replaced (mosaics load 4 images).
     """
 
     path: Path
@@ -49,7 +56,12 @@ class ImageMeta:
     ratio: float
     pad: tuple[float, float]
     matrix: np.ndarray | None = None
-    replaced: tuple[str, str] | None = None
+    failures: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def replaced(self) -> tuple[str, str] | None:
+        """The first (path, reason) this slot replaced, or None."""
+        return self.failures[0] if self.failures else None
 
 
 class MetaBatch(Sequence):
@@ -60,9 +72,9 @@ class MetaBatch(Sequence):
     """
 
     def __init__(self, paths: list[str], orig_hw: np.ndarray, ratio: np.ndarray, pad: np.ndarray,
-                 matrix: np.ndarray, replaced: dict[int, tuple[str, str]]):
+                 matrix: np.ndarray, failures: dict[int, tuple[tuple[str, str], ...]]):
         self.paths, self.orig_hw, self.ratio, self.pad = paths, orig_hw, ratio, pad
-        self.matrix, self.replaced = matrix, replaced
+        self.matrix, self.failures = matrix, failures
 
     @classmethod
     def from_metas(cls, metas: Sequence[ImageMeta]) -> MetaBatch:
@@ -71,7 +83,7 @@ class MetaBatch(Sequence):
                    np.array([m.ratio for m in metas], np.float64),
                    np.array([m.pad for m in metas], np.float64).reshape(-1, 2),
                    np.array([m.matrix for m in metas], np.float64).reshape(-1, 2, 3),
-                   {i: m.replaced for i, m in enumerate(metas) if m.replaced is not None})
+                   {i: m.failures for i, m in enumerate(metas) if m.failures})
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -86,14 +98,14 @@ class MetaBatch(Sequence):
         h, w = self.orig_hw[index]
         return ImageMeta(Path(self.paths[index]), (int(h), int(w)), float(self.ratio[index]),
                          (float(self.pad[index, 0]), float(self.pad[index, 1])), self.matrix[index],
-                         self.replaced.get(index))
+                         self.failures.get(index, ()))
 
     def pin_memory(self) -> MetaBatch:
         """Nothing to pin (host-side metadata); keeps DataLoader pinning from rebuilding the list."""
         return self
 
     def __reduce__(self):
-        return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.replaced))
+        return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.failures))
 
 
 class DetectionDataset(torch.utils.data.Dataset):
@@ -120,26 +132,40 @@ class DetectionDataset(torch.utils.data.Dataset):
             return self.cache.get(index)
         return decode_image(self.samples[index].image, self.decode_size)
 
-    def __getitem__(self, key: tuple[int, int, int]):
-        index, epoch, size = key
-        chosen, replaced = index, None
+    def _load_robust(self, index: int, epoch: int, failures: list[tuple[str, str]]
+                     ) -> tuple[np.ndarray, tuple[int, int], int]:
+        """Load ``index``, or replacements chosen from (seed, epoch, index, attempt) when it breaks."""
+        chosen = index
         for attempt in range(MAX_REPLACEMENTS):
             try:
                 image, orig_hw = self.load(chosen)
-                break
+                return image, orig_hw, chosen
             except (DataError, OSError, ValueError, cv2.error) as err:
-                if replaced is None:
-                    replaced = (str(self.samples[chosen].image), str(err))
+                failures.append((str(self.samples[chosen].image), str(err)))
                 chosen = int(sample_rng(self.seed, epoch, index * MAX_REPLACEMENTS + attempt + 1)
                              .integers(len(self.samples)))
+        raise DataError(f"{MAX_REPLACEMENTS} samples in a row failed to load (first: {failures[0]}); "
+                        "run the scan again, the data set changed")
+
+    def __getitem__(self, key: tuple[int, int, int]):
+        index, epoch, size = key
+        failures: list[tuple[str, str]] = []
+        image, orig_hw, chosen = self._load_robust(index, epoch, failures)
+        labels = self.samples[chosen].labels
+        params = self.augment
+        use_mosaic = params is not None and params.mosaic > 0
+        mosaic_draw = mosaic_rng(self.seed, epoch, index) if use_mosaic else None
+        if mosaic_draw is not None and mosaic_draw.random() < params.mosaic:
+            parts = [(image, labels, orig_hw)]
+            for other in mosaic_draw.integers(len(self.samples), size=3):
+                o_image, o_hw, o_chosen = self._load_robust(int(other), epoch, failures)
+                parts.append((o_image, self.samples[o_chosen].labels, o_hw))
+            out, boxes, matrix = mosaic_sample(parts, size, params, sample_rng(self.seed, epoch, index))
         else:
-            raise DataError(f"{MAX_REPLACEMENTS} samples in a row failed to load (first: {replaced}); "
-                            "run the scan again, the data set changed")
-        rng = sample_rng(self.seed, epoch, index) if self.augment is not None else None
-        out, boxes, matrix = augment_sample(image, self.samples[chosen].labels, orig_hw, size,
-                                            self.augment, rng)
+            rng = sample_rng(self.seed, epoch, index) if params is not None else None
+            out, boxes, matrix = augment_sample(image, labels, orig_hw, size, params, rng)
         _, ratio, pad = letterbox_matrix(orig_hw, size)
-        meta = ImageMeta(self.samples[chosen].image, orig_hw, ratio, pad, matrix, replaced)
+        meta = ImageMeta(self.samples[chosen].image, orig_hw, ratio, pad, matrix, tuple(failures))
         return out, boxes, meta
 
 
@@ -254,9 +280,9 @@ class DetectionLoader:
     def __iter__(self):
         self.epoch_replaced = []
         for images, targets, metas in self._loader:
-            for _, replaced in sorted(metas.replaced.items()):
-                self.epoch_replaced.append(replaced)
-                self.replaced.append(replaced)
+            for _, failures in sorted(metas.failures.items()):
+                self.epoch_replaced.extend(failures)
+                self.replaced.extend(failures)
             yield images, targets, metas
 
     def replaced_summary(self) -> str | None:
