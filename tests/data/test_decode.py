@@ -69,3 +69,21 @@ def test_bad_files_raise_naming_the_file(tmp_path):
             load_image(tmp_path / name)
         with pytest.raises(DataError, match=name):
             probe_image(tmp_path / name)
+
+
+@pytest.mark.parametrize("suffix", [".bmp", ".tif", ".webp", ".png"])
+def test_other_formats(tmp_path, suffix):
+    image = _gradient(48, 64)
+    Image.fromarray(image).save(tmp_path / f"x{suffix}", **({"lossless": True} if suffix == ".webp" else {}))
+    out, orig_hw = decode_image(tmp_path / f"x{suffix}")
+    assert orig_hw == (48, 64)
+    np.testing.assert_array_equal(out, image)
+    assert decode_image(tmp_path / f"x{suffix}", 32)[0].shape == (24, 32, 3)
+
+
+def test_palette_with_transparency(tmp_path):
+    img = Image.fromarray(_gradient(20, 20)).convert("P")
+    img.info["transparency"] = 0
+    img.save(tmp_path / "p.png", transparency=0)
+    out = load_image(tmp_path / "p.png")
+    assert out.shape == (20, 20, 3) and out.dtype == np.uint8

@@ -132,3 +132,20 @@ def test_mosaic_option_deterministic_and_counts_failures(samples):
     loader = build_loader(samples, workers=0, **{**kwargs, "augment": AugmentParams(mosaic=1.0)})
     assert all(len(m) == 4 for _, _, m in list(loader)[:-1])
     assert loader.replaced_count >= 1 and all(p == str(samples[4].image) for p, _ in loader.replaced)
+
+
+def test_metas_survive_pinning_and_pickling(samples):
+    import pickle
+
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from turboyolo.data.loader import ImageMeta, MetaBatch
+
+    metas = [ImageMeta(samples[i].image, (10, 20), 0.5, (1.0, 2.0), np.eye(2, 3), (("a", "b"),) if i else ())
+             for i in range(3)]
+    batch = MetaBatch.from_metas(metas)
+    assert pin_memory(batch) is batch
+    again = pickle.loads(pickle.dumps(batch))
+    assert len(again) == 3 and [m.path for m in again] == [m.path for m in metas]
+    assert again[1].replaced == ("a", "b") and again[0].replaced is None and again[-1].orig_hw == (10, 20)
+    np.testing.assert_array_equal(again[2].matrix, np.eye(2, 3))
