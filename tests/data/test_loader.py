@@ -48,7 +48,9 @@ def test_batches_do_not_depend_on_workers_or_cache(samples, tmp_path):
     assert isinstance(cache, PreparedCache) and cache.root is not None
     _assert_same(reference, _epochs(build_loader(samples, workers=0, cache=cache, **kwargs)))
     _assert_same(reference, _epochs(build_loader(samples, workers=2, cache=cache, **kwargs)))
-    ram = prepare_cache(samples, 128, None, memory="ram", workers=1, log=lambda *_: None)
+    ram = prepare_cache(samples, 128, None, memory="ram", workers=2, log=lambda *_: None)
+    ram_serial = prepare_cache(samples, 128, None, memory="ram", workers=1, log=lambda *_: None)
+    assert np.array_equal(ram.data, ram_serial.data) and np.array_equal(ram.data, np.asarray(cache.data))
     _assert_same(reference, _epochs(build_loader(samples, workers=0, cache=ram, **kwargs)))
     # epochs differ from each other, and a different seed gives different batches
     assert not torch.equal(reference[0][0], reference[3][0]) or reference[0][2] != reference[3][2]

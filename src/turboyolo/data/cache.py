@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
-import sys
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -152,7 +152,9 @@ class PreparedCache:
         offsets = np.concatenate([[0], np.cumsum([h * w * 3 for h, w in plans])]).astype(np.int64)
         total = int(offsets[-1])
         if root is None:
-            data = np.empty(total, np.uint8)
+            # shared anonymous memory: forked decode workers write into it, forked loader workers read it
+            buffer = mmap.mmap(-1, max(total, 1))
+            data = np.frombuffer(buffer, np.uint8, count=total)
             target = None
         else:
             root.mkdir(parents=True, exist_ok=True)
@@ -163,11 +165,16 @@ class PreparedCache:
             data = np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
         jobs = [(str(s.image), size, int(offsets[i]), plans[i]) for i, s in enumerate(samples)]
         workers = workers if workers is not None else (os.cpu_count() or 1)
-        if root is not None and workers > 1 and len(jobs) > 1:
-            with ProcessPoolExecutor(workers, mp_context=_fork_context()) as pool:
-                chunk = max(1, len(jobs) // (workers * 8))
-                results = list(pool.map(_decode_into, [(str(target), total, job) for job in jobs],
-                                        chunksize=chunk))
+        if workers > 1 and len(jobs) > 1 and _fork_context() is not None:
+            global _RAM_TARGET
+            _RAM_TARGET = data if root is None else None  # inherited by the forked workers
+            try:
+                with ProcessPoolExecutor(workers, mp_context=_fork_context()) as pool:
+                    chunk = max(1, len(jobs) // (workers * 8))
+                    specs = [(str(target) if target else None, total, job) for job in jobs]
+                    results = list(pool.map(_decode_into, specs, chunksize=chunk))
+            finally:
+                _RAM_TARGET = None
         else:
             results = [_decode_into((None, total, job), data) for job in jobs]
         entries = []
@@ -191,10 +198,13 @@ class PreparedCache:
         return cls(root, size, entries, np.memmap(root / "images.u8", dtype=np.uint8, mode="r"))
 
 
+_RAM_TARGET: np.ndarray | None = None
+
+
 def _fork_context():
     import multiprocessing
 
-    return multiprocessing.get_context("fork") if sys.platform != "win32" else None
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, int], int, str]:
@@ -208,7 +218,7 @@ def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, i
         return orig_hw, 0, f"decoded size {image.shape[:2]} differs from the scanned size {tuple(plan)}"
     flat = image.reshape(-1)
     if data is None:
-        data = np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
+        data = _RAM_TARGET if target is None else np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
     data[offset:offset + flat.size] = flat
     return orig_hw, zlib.crc32(flat), ""
 
