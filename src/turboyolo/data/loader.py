@@ -14,6 +14,7 @@ not depend on the number of workers, and all ranks agree on the size sequence.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,6 +326,10 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
         if len(cache) != len(samples):
             raise DataError(f"prepared cache {cache.root} has {len(cache)} images but the data set "
                             f"{len(samples)}; rebuild it with `turboyolo prepare`")
+        if cache.size < decode_size:
+            where = cache.root or "(RAM)"
+            warnings.warn(f"prepared cache {where} stores {cache.size} px images but batches go up to "
+                          f"{decode_size} px; they are upscaled (prepare it at {decode_size})", stacklevel=2)
     dataset = DetectionDataset(samples, augment, _round_up(decode_size) if multiscale else decode_size,
                                seed, cache)
     sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
