@@ -134,6 +134,9 @@ class DetectOptions:
     fast_decode: bool = False
     workers: int = 4
     quiet: bool = False
+    tile: int | None = None
+    overlap: float = 0.2
+    tile_whole: bool = False
 
     @classmethod
     def from_args(cls, args) -> DetectOptions:
@@ -154,6 +157,13 @@ class DetectOptions:
         img_size = None
         if args.img_size:
             img_size = (args.img_size[0], args.img_size[-1])
+        tile = getattr(args, "tile", None)
+        if tile is not None:
+            from turboyolo.tiling import TileOptions
+
+            TileOptions(tile, args.overlap)  # validates --tile and --overlap
+            if args.fast_decode:
+                raise ConfigError("--tile detects at full resolution; drop --fast-decode")
         return cls(
             sources=sources,
             cfg=args.cfg,
@@ -175,6 +185,9 @@ class DetectOptions:
             coco_ids=args.coco_ids,
             fast_decode=args.fast_decode,
             workers=max(1, args.workers),
+            tile=tile,
+            overlap=getattr(args, "overlap", 0.2),
+            tile_whole=getattr(args, "tile_whole", False),
             out_dir=next_run_dir(args.project, args.name, args.exist_ok),
         )
 
@@ -320,14 +333,17 @@ def detect(opts: DetectOptions) -> DetectReport:
             else:
                 good.append((path, rel, result))
         arrays = [array for _, _, (array, _) in good]
-        predictions = predictor.predict_arrays(
-            arrays,
-            opts.conf_thres,
-            opts.nms_thres,
-            multi_label=not opts.single_label,
-            classes=wanted,
-            max_det=opts.max_det,
-        )
+        if opts.tile:
+            predictions = [_detect_tiled(predictor, array, opts, wanted) for array in arrays]
+        else:
+            predictions = predictor.predict_arrays(
+                arrays,
+                opts.conf_thres,
+                opts.nms_thres,
+                multi_label=not opts.single_label,
+                classes=wanted,
+                max_det=opts.max_det,
+            )
         for (path, rel, (array, orig_hw)), prediction in zip(good, predictions):
             _to_full_resolution(prediction, array.shape[:2], orig_hw)
             writer.write(path, rel, array, prediction)
@@ -337,6 +353,24 @@ def detect(opts: DetectOptions) -> DetectReport:
     progress.close()
     writer.close(report)
     return report
+
+
+def _detect_tiled(predictor, array: np.ndarray, opts: DetectOptions, wanted):
+    """``--tile``: one image by overlapping full-resolution tiles (:mod:`turboyolo.tiling`)."""
+    from turboyolo.predict import Prediction
+    from turboyolo.tiling import TileOptions, detect_tiled
+
+    def predict(arrays):
+        return predictor.predict_arrays(
+            arrays, opts.conf_thres, opts.nms_thres, multi_label=not opts.single_label, classes=wanted
+        )
+
+    options = TileOptions(opts.tile, opts.overlap, whole=opts.tile_whole)
+    merged = detect_tiled(
+        predict, array, options, batch_size=opts.batch_size, nms_thres=opts.nms_thres, max_det=opts.max_det
+    )
+    height, width = array.shape[:2]
+    return Prediction(merged.boxes, merged.scores, merged.classes, width, height)
 
 
 def _to_full_resolution(prediction, decoded_hw, orig_hw) -> None:

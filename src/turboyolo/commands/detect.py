@@ -51,6 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="decode large JPEGs at reduced size (faster; moves scores slightly)",
     )
+    parser.add_argument(
+        "--tile",
+        type=int,
+        default=None,
+        metavar="SIZE",
+        help="detect large images on overlapping SIZE x SIZE tiles at full resolution, merged",
+    )
+    parser.add_argument("--overlap", type=float, default=0.2, help="with --tile: share of a tile overlapped")
+    parser.add_argument(
+        "--tile-whole", action="store_true", help="with --tile: also detect on the whole (downscaled) image"
+    )
     parser.add_argument("--n-cpu", "--workers", dest="workers", type=int, default=4, help="decode threads")
     add_run_flags(parser, "detect")
 
