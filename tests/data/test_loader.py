@@ -121,7 +121,7 @@ def test_cache_refuses_when_space_is_short(samples, tmp_path, monkeypatch):
     import turboyolo.data.cache as cache_module
 
     monkeypatch.setattr(cache_module, "available_bytes", lambda memory, where: 1000)
-    with pytest.raises(cache_module.DataError, match="GiB"):
+    with pytest.raises(cache_module.DataError, match="KiB"):
         prepare_cache(samples, 64, tmp_path / "p", log=lambda *_: None)
 
 

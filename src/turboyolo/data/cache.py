@@ -223,6 +223,15 @@ def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, i
     return orig_hw, zlib.crc32(flat), ""
 
 
+def human_bytes(count: float) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
 def default_cache_root(data_path: str | Path, split: str, size: int) -> Path:
     """``$TURBOYOLO_CACHE/prepared/<data stem>-<split>-<size>-<hash of the data path>``."""
     from turboyolo.assets import cache_dir
@@ -247,17 +256,17 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
             raise DataError("a disk cache needs a folder (default_cache_root gives one)")
         cache, why = PreparedCache.open(root, samples, size, verify=verify)
         if cache is not None:
-            log(f"prepared cache {root}: {len(cache)} images, {cache.nbytes / 2**30:.2f} GiB, valid")
+            log(f"prepared cache {root}: {len(cache)} images, {human_bytes(cache.nbytes)}, valid")
             return cache
         if why != "no cache yet":
             log(f"prepared cache {root}: {why}; rebuilding")
     need = estimate_bytes(samples, size)
     where = root if root is not None else Path.cwd()
     free = available_bytes(memory, where)
-    log(f"prepared cache: {len(samples)} images at {size} px need {need / 2**30:.2f} GiB "
-        f"({memory}, {free / 2**30:.2f} GiB free)")
+    log(f"prepared cache: {len(samples)} images at {size} px need {human_bytes(need)} "
+        f"({memory}, {human_bytes(free)} free)")
     if need > HEADROOM * free:
-        raise DataError(f"the prepared cache needs {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of "
+        raise DataError(f"the prepared cache needs {human_bytes(need)} but only {human_bytes(free)} of "
                         f"{memory} is free; use a smaller --img-size, the other --cache kind, or free space")
     cache = PreparedCache.build(root if memory == "disk" else None, samples, size, workers)
     if cache.failed:
