@@ -37,6 +37,19 @@ def plan_sample(
     params: AugmentParams | None,
     rng: np.random.Generator | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-sample numbers the device needs (see :func:`plan_sample_full`, which also gives the matrix)."""
+    return plan_sample_full(stored_hw, orig_hw, labels, canvas, out_size, params, rng)[:3]
+
+
+def plan_sample_full(
+    stored_hw: tuple[int, int],
+    orig_hw: tuple[int, int],
+    labels: np.ndarray,
+    canvas: int,
+    out_size: int,
+    params: AugmentParams | None,
+    rng: np.random.Generator | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The per-sample numbers the device needs; all cheap CPU arithmetic.
 
     Args:
@@ -50,7 +63,8 @@ def plan_sample(
 
     Returns:
         theta ``[2, 3]`` for ``F.affine_grid`` (output -> canvas, normalised coordinates),
-        hsv ``[3]`` (hue shift, saturation factor, value factor), boxes ``[M, 5]`` relative to output.
+        hsv ``[3]`` (hue shift, saturation factor, value factor), boxes ``[M, 5]`` relative to output,
+        and the 2x3 matrix original px -> output px (what ``ImageMeta.matrix`` holds).
     """
     if params is None:
         matrix = letterbox_matrix(orig_hw, out_size)[0]
@@ -67,7 +81,7 @@ def plan_sample(
     from_norm_out = np.array([[out_size / 2, 0, out_size / 2], [0, out_size / 2, out_size / 2], [0, 0, 1.0]])
     to_norm_canvas = np.array([[2 / canvas, 0, -1], [0, 2 / canvas, -1], [0, 0, 1.0]])
     theta = to_norm_canvas @ np.linalg.inv(stored_to_out) @ from_norm_out
-    return theta[:2].astype(np.float32), hsv, boxes
+    return theta[:2].astype(np.float32), hsv, boxes, matrix
 
 
 def place_on_canvas(image: np.ndarray, canvas: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -114,10 +128,19 @@ def _hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
     return value[:, None] - value[:, None] * saturation[:, None] * weight
 
 
-def hsv_jitter(images: torch.Tensor, hsv: torch.Tensor) -> torch.Tensor:
+def is_identity_hsv(hsv: torch.Tensor) -> bool:
+    """True when ``hsv`` ``[B, 3]`` changes nothing (reads the values: call it on a CPU tensor)."""
+    return bool((hsv[:, 0] == 0).all() and (hsv[:, 1:] == 1).all())
+
+
+def hsv_jitter(images: torch.Tensor, hsv: torch.Tensor, check_identity: bool = True) -> torch.Tensor:
     """Darknet's colour jitter on float ``[B, 3, H, W]`` in [0, 1]: hue shift (fraction of the circle),
-    saturation and value factors per image (``hsv`` ``[B, 3]``), clipped like the CPU lookup table."""
-    if bool((hsv[:, 0] == 0).all() and (hsv[:, 1:] == 1).all()):
+    saturation and value factors per image (``hsv`` ``[B, 3]``), clipped like the CPU lookup table.
+
+    ``check_identity`` reads ``hsv`` to skip the work when it is the identity; pass False for a device
+    tensor (the read would wait for the device) after checking the CPU copy.
+    """
+    if check_identity and is_identity_hsv(hsv):
         return images
     converted = _rgb_to_hsv(images)
     shift, sat, val = (hsv[:, i].view(-1, 1, 1).to(images.dtype) for i in range(3))
@@ -131,5 +154,12 @@ def hsv_jitter(images: torch.Tensor, hsv: torch.Tensor) -> torch.Tensor:
 
 def augment_batch(images: torch.Tensor, theta: torch.Tensor, hsv: torch.Tensor,
                   out_size: int) -> torch.Tensor:
-    """The device half of the augmentation: warp, then colour; returns float ``[B, 3, out, out]``."""
-    return hsv_jitter(warp_batch(images, theta.to(images.device), out_size), hsv.to(images.device))
+    """The device half of the augmentation: warp, then colour; returns float ``[B, 3, out, out]``.
+
+    ``theta`` and ``hsv`` may stay on the CPU (they are copied); the identity check of ``hsv`` then
+    reads the CPU copy, so nothing waits for the device.
+    """
+    warped = warp_batch(images, theta.to(images.device, non_blocking=True), out_size)
+    if hsv.device.type == "cpu" and is_identity_hsv(hsv):
+        return warped
+    return hsv_jitter(warped, hsv.to(images.device, non_blocking=True), check_identity=False)

@@ -299,8 +299,8 @@ class DetectionLoader:
 def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, augment: AugmentParams | None,
                  workers: int | None = None, shuffle: bool, seed: int = 0,
                  multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None
-                 ) -> DetectionLoader:
+                 drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None,
+                 augment_on: str = "cpu") -> DetectionLoader:
     """Build the training (``augment`` given) or validation (``augment=None``) loader.
 
     Args:
@@ -315,6 +315,9 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
             the original files.
         rank, world_size: this process's share of every epoch.
         drop_last: drop the last partial batch.
+        augment_on: ``"cpu"`` (images arrive augmented) or ``"device"``: batches carry uint8 canvases
+            and the per-image warp/colour numbers; :func:`move_to_device` augments on the device
+            (:mod:`turboyolo.data.device_loader`).
 
     Returns:
         :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
@@ -330,19 +333,37 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
             where = cache.root or "(RAM)"
             warnings.warn(f"prepared cache {where} stores {cache.size} px images but batches go up to "
                           f"{decode_size} px; they are upscaled (prepare it at {decode_size})", stacklevel=2)
-    dataset = DetectionDataset(samples, augment, _round_up(decode_size) if multiscale else decode_size,
-                               seed, cache)
+    if augment_on not in ("cpu", "device"):
+        raise DataError(f"--augment-on {augment_on!r}: use cpu or device")
+    decode_size = _round_up(decode_size) if multiscale else decode_size
     sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
                                      multiscale=multiscale, rank=rank, world_size=world_size,
                                      drop_last=drop_last)
     if workers is None:
         workers = default_workers(world_size)
+    if augment_on == "device":
+        from turboyolo.data.device_loader import (
+            DeviceAugmentDataset,
+            DeviceAugmentLoader,
+            check_device_augment,
+        )
+
+        check_device_augment(augment)
+        dataset = DeviceAugmentDataset(samples, augment, decode_size, seed, cache)
+        return DeviceAugmentLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
+    dataset = DetectionDataset(samples, augment, decode_size, seed, cache)
     return DetectionLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
 
 
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,
                    channels_last: bool = False) -> torch.Tensor:
-    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy, divide there)."""
+    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy, divide there).
+
+    A :class:`turboyolo.data.device_loader.CanvasBatch` (``--augment-on device``) is copied and then
+    augmented on the device.
+    """
+    if hasattr(images, "to_device"):
+        return images.to_device(device, dtype, channels_last)
     images = images.to(device, non_blocking=True)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
