@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--images", type=int, default=256, help="images per measurement (epochs repeat)")
     data.add_argument("--split", default="train", help="train or val")
     data.add_argument("--cache-dir", help="prepared cache folder for the warm path (default: a temp folder)")
+    data.add_argument("--augment-on", default="both", choices=("cpu", "device", "both"),
+                      help="which augmentation mode(s) to measure; device = the CPU side of "
+                      "--augment-on device (uint8 canvases + warp numbers, warm path only)")
 
 
 @dataclass
@@ -106,9 +109,10 @@ def cpu_model() -> str:
 
 
 def bench_data(data: str | Path, *, split: str = "train", img_size: int = 416, workers: int = 0,
-               batch_size: int = 16, images: int = 256, cache_dir: str | Path | None = None, log=print
-               ) -> dict:
-    """Measure cold/warm x augment/no-augment and the hand-off; returns the numbers, logs a table."""
+               batch_size: int = 16, images: int = 256, cache_dir: str | Path | None = None, log=print,
+               augment_on: str = "both") -> dict:
+    """Measure cold/warm x augment/no-augment (CPU augmentation), the CPU side of device augmentation
+    (warm) and the hand-off; returns the numbers keyed by (path, mode), logs a table."""
     import cv2
     import torch
 
@@ -129,16 +133,21 @@ def bench_data(data: str | Path, *, split: str = "train", img_size: int = 416, w
             f"{images} images per row; CPU {cpu_model()}, {os.cpu_count()} cores")
         results = {}
         augment = AugmentParams.from_net()
-        for path_name, path_cache in (("cold", None), ("warm", cache)):
-            for aug_name, aug in (("augment", augment), ("no augment", None)):
-                loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=aug,
-                                      workers=workers, shuffle=True, cache=path_cache)
-                m = measure_loader(loader, images)
-                del loader
-                results[(path_name, aug_name)] = m
-                source = "original files" if path_cache is None else "prepared cache"
-                label = f"{path_name} ({source}), {aug_name}"
-                log(f"  {label:<42} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core")
+        rows = []
+        if augment_on in ("cpu", "both"):
+            rows += [(p, c, a, g, "cpu") for p, c in (("cold", None), ("warm", cache))
+                     for a, g in (("augment", augment), ("no augment", None))]
+        if augment_on in ("device", "both"):
+            rows.append(("warm", cache, "device augment", augment, "device"))
+        for path_name, path_cache, aug_name, aug, where in rows:
+            loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=aug,
+                                  workers=workers, shuffle=True, cache=path_cache, augment_on=where)
+            m = measure_loader(loader, images)
+            del loader
+            results[(path_name, aug_name)] = m
+            source = "original files" if path_cache is None else "prepared cache"
+            label = f"{path_name} ({source}), {aug_name}" + (" (CPU side)" if where == "device" else "")
+            log(f"  {label:<50} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core")
         loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=augment,
                               workers=max(1, workers), shuffle=True, cache=cache)
         handoff = measure_loader(loader, images)
@@ -155,5 +164,6 @@ def run(args: argparse.Namespace) -> int:
     if args.what != "data":
         raise TurboYoloError("usage: turboyolo bench data --data X [--img-size 416] [--workers N]")
     bench_data(args.data, split=args.split, img_size=args.img_size, workers=args.workers,
-               batch_size=args.batch_size, images=args.images, cache_dir=args.cache_dir)
+               batch_size=args.batch_size, images=args.images, cache_dir=args.cache_dir,
+               augment_on=args.augment_on)
     return 0

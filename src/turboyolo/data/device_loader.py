@@ -76,12 +76,22 @@ class DeviceAugmentDataset(DetectionDataset):
         super().__init__(samples, augment, decode_size, seed, cache)
         self.canvas = max(decode_size, cache.size if cache is not None else 0)
         self.pin = pin
+        self.ring = 0  # > 0: a worker reuses this many shared buffers in turn (set by the loader)
+        self._pool: dict[tuple[int, ...], list[torch.Tensor]] = {}
 
     def _buffer(self, count: int) -> torch.Tensor:
         shape = (count, self.canvas, self.canvas, 3)
         if torch.utils.data.get_worker_info() is not None:
-            # shared memory from the start: the hand-over to the main process sends a handle, not bytes
-            return torch.empty(shape, dtype=torch.uint8).share_memory_()
+            # shared memory from the start: the hand-over to the main process sends a handle, not bytes.
+            # Reused in turn: a worker has at most prefetch_factor batches in flight and the consumer
+            # holds one more, so with ring >= prefetch_factor + 2 a buffer is free again when its turn
+            # comes (and the main process keeps it mapped: no new pages, no new mapping).
+            if self.ring <= 0:
+                return _shared_uint8(shape)
+            pool = self._pool.setdefault(shape, [])  # oldest first
+            buffer = _shared_uint8(shape) if len(pool) < self.ring else pool.pop(0)
+            pool.append(buffer)
+            return buffer
         return torch.empty(shape, dtype=torch.uint8, pin_memory=self.pin)
 
     def __getitem__(self, keys):
@@ -116,6 +126,15 @@ class DeviceAugmentDataset(DetectionDataset):
         return batch, targets, MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot)
 
 
+def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised uint8 tensor in shared memory (no copy, unlike ``empty().share_memory_()``)."""
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:
+        return torch.empty(shape, dtype=torch.uint8).share_memory_()
+    storage = new_shared(int(np.prod(shape)))
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
+
+
 def _whole_batch(batch):
     return batch  # the dataset already returns a batch; DataLoader must not convert it
 
@@ -130,6 +149,7 @@ class DeviceAugmentLoader(DetectionLoader):
         self.prefetch_factor = prefetch_factor
         # in-process, the buffer is allocated page-locked; from workers, DataLoader's thread pins it
         dataset.pin = self.pin_memory and workers == 0
+        dataset.ring = prefetch_factor + 2
         self._loader = self._make(batch_sampler, workers)
         self.replaced: list[tuple[str, str]] = []
         self.epoch_replaced: list[tuple[str, str]] = []
