@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("convert", "convert", "import Pascal VOC XML or COCO JSON labels into YOLO format"),
     ("prepare", "prepare", "decode every image once into the prepared cache (pre-resized uint8)"),
     ("bench", "bench", "measure the data pipeline: images/s and per core, cold and warm, hand-off"),
+    ("doctor", "doctor", "measure every stage on your data, name the bottleneck, suggest settings"),
 ]
 
 

@@ -1,0 +1,103 @@
+"""``turboyolo doctor``: measure each stage on your data and hardware, name the bottleneck, suggest settings.
+
+Data-only mode: ``--assume-step-ms T`` (a training step of T ms per mini-batch) or ``--assume-gpu h200``
+(the step time of that GPU from the model's FLOPs) skips the step measurement, so the data side can be
+judged on a machine whose own step is far too slow to ever wait for data (such as a small CPU).
+Writes ``doctor.md`` and ``doctor.json`` into the run directory (``runs/doctor/exp``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from turboyolo.cli import add_model_flags, add_run_flags
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    add_run_flags(parser, "doctor")
+    parser.add_argument("-d", "--data", required=True, help=".data file, data.yaml or image folder")
+    parser.add_argument("--split", default="train", help="which split to measure")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--img-size", type=int, default=None, help="network input side (default: the cfg's)")
+    parser.add_argument("--batch", type=int, default=None, help="images per iteration (default: the cfg's)")
+    parser.add_argument("--subdivisions", type=int, default=None, help="mini-batches per iteration")
+    parser.add_argument("--amp", default="auto", choices=("auto", "off", "bf16", "fp16"))
+    parser.add_argument("--n-cpu", "--workers", dest="workers", type=int, default=None,
+                        help="the loader workers you train with (default: CPUs - 1)")
+    parser.add_argument("--worker-counts", default=None,
+                        help="comma-separated worker counts to measure the loader at (default: 0,1,2,4,... "
+                        "up to CPUs - 1)")
+    parser.add_argument("--cache", default="none", choices=("none", "ram", "disk"),
+                        help="the --cache you train with")
+    parser.add_argument("--augment-on", default="cpu", choices=("cpu", "device"),
+                        help="the --augment-on you train with")
+    step = parser.add_mutually_exclusive_group()
+    step.add_argument("--assume-step-ms", type=float, default=None,
+                      help="data-only mode: take the training step as this many ms per mini-batch")
+    step.add_argument("--assume-gpu", default=None, choices=("h200", "h100", "a100"),
+                      help="data-only mode: take the step time of this GPU (from the model's FLOPs)")
+    parser.add_argument("--images", type=int, default=32, help="images of the split used per stage")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per stage (median)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from turboyolo.config import FlagError
+    from turboyolo.data.loader import default_workers
+    from turboyolo.doctor import diagnose, render_markdown
+    from turboyolo.doctor_measure import DoctorOptions, measure
+    from turboyolo.engine import amp_dtype_for
+    from turboyolo.formats.darknet_cfg import parse_cfg
+    from turboyolo.rundir import next_run_dir
+
+    if not args.cfg:
+        raise FlagError("--model/--cfg is required: the Darknet .cfg you train (e.g. `turboyolo cfg yolov3 "
+                        "--num-classes N -o my.cfg`)")
+    if args.assume_step_ms is not None and args.assume_step_ms <= 0:
+        raise FlagError(f"--assume-step-ms {args.assume_step_ms}: give a positive step time in ms")
+    spec = parse_cfg(args.cfg)
+    net = spec.net
+    img_size = args.img_size or net.width
+    if img_size % 32:
+        raise FlagError(f"--img-size {img_size}: use a multiple of 32")
+    spec = spec.with_net(width=img_size, height=img_size)
+    batch, subdivisions = args.batch or net.batch, args.subdivisions or net.subdivisions
+    if batch % subdivisions:
+        raise FlagError(f"batch {batch} is not a multiple of subdivisions {subdivisions} "
+                        "(--batch/--subdivisions)")
+    name = args.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(f"cuda:{name}" if name.isdigit() else name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FlagError(f"--device {args.device}: no CUDA device here; use --device cpu with --assume-gpu")
+    cpus = default_workers() + 1
+    workers = default_workers() if args.workers is None else args.workers
+    if args.worker_counts:
+        try:
+            counts = tuple(int(c) for c in args.worker_counts.split(","))
+        except ValueError as err:
+            raise FlagError(f"--worker-counts {args.worker_counts!r}: comma-separated integers") from err
+    else:
+        counts = tuple(sorted({0, *[c for c in (1, 2, 4, 8, 16) if c <= max(1, cpus - 1)]}))
+    options = DoctorOptions(img_size=img_size, batch=batch, subdivisions=subdivisions, device=device,
+                            workers=workers, worker_counts=counts, cache=args.cache,
+                            augment_on=args.augment_on,
+                            amp_dtype=amp_dtype_for(device, args.amp), assume_step_ms=args.assume_step_ms,
+                            assume_gpu=args.assume_gpu, images=args.images, repeats=args.repeats)
+    run_dir = next_run_dir(args.project, args.name, args.exist_ok)
+    timings = measure(args.data, args.split, spec, options, run_dir)
+    verdict = diagnose(timings)
+    text = render_markdown(timings, verdict, f"turboyolo doctor: {args.data}")
+    (run_dir / "doctor.md").write_text(text)
+    (run_dir / "doctor.json").write_text(json.dumps({"timings": vars(timings) | {
+        "loader_images_per_s": {str(k): v for k, v in timings.loader_images_per_s.items()}},
+        "verdict": verdict.as_dict()}, indent=2))
+    print()
+    print(text)
+    print(f"report: {run_dir / 'doctor.md'}, {run_dir / 'doctor.json'}")
+    return 0

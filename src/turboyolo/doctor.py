@@ -1,0 +1,243 @@
+"""``turboyolo doctor``: from measured stage timings to a verdict, a bottleneck and settings to try.
+
+Pure logic (no torch, no I/O): :func:`diagnose` takes :class:`StageTimings` (what
+:mod:`turboyolo.doctor_measure` measured, or synthetic numbers in tests) and returns a
+:class:`Verdict`; :func:`render_markdown` writes it up.
+
+The throughput model. A loader core spends, per image, ``source + augment + overhead`` CPU-seconds,
+where ``source`` is read + decode of the original file (or the copy out of the prepared cache with
+``--cache``), ``augment`` the CPU augmentation (or, with ``--augment-on device``, only the canvas copy
+and the per-image numbers) and ``overhead`` everything else the loader processes spend (collate,
+hand-off to the main process, IPC), calibrated from the measured loader run as its CPU-seconds per
+image minus the two stage costs. ``W`` workers on ``C`` cores supply ``min(W, C - 1) / cost`` images/s
+(the main process keeps a core); the training step consumes ``batch / step`` images/s. Data-wait is
+the share of wall time the step waits: ``1 - supply / demand`` when the loader is slower.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+DATA_WAIT_OK = 0.03  # below this share of step time the data pipeline is not the bottleneck
+CHECKPOINT_STALL_OK = 0.05  # a per-epoch checkpoint stall above this share of an epoch is worth fixing
+
+# Step time of a named GPU for ``--assume-gpu``: bf16 matrix rate and a YOLOv3 training MFU.
+# H200/H100: 790 TFLOP/s measured on an H200 (989 datasheet); A100: 312 datasheet x 0.8.
+GPU_RATES = {"h200": 790e12, "h100": 790e12, "a100": 250e12}
+ASSUMED_MFU = 0.35
+
+
+def assumed_step_s(gpu: str, forward_flops_per_image: float, mini_batch: int) -> float:
+    """Seconds of one training step (forward + backward + optimizer = 3 x forward) on ``gpu``."""
+    return 3.0 * forward_flops_per_image * mini_batch / (GPU_RATES[gpu] * ASSUMED_MFU)
+
+
+@dataclass
+class StageTimings:
+    """Measured (or assumed) costs; CPU-seconds per image unless the name says otherwise.
+
+    Attributes:
+        decode_s: read + decode of an original file to the training size.
+        cache_read_s: copy of one decoded, pre-resized image (what ``--cache`` costs instead of decode).
+        augment_s: CPU augmentation at the training size (warp + HSV + boxes).
+        device_plan_s: CPU side of ``--augment-on device`` (canvas copy + per-image numbers).
+        loader_cpu_s: CPU-seconds per image of all loader processes in the measured loader run
+            (current ``--cache`` / ``--augment-on`` settings).
+        loader_images_per_s: measured wall images/s by worker count (same settings).
+        copy_s: host -> device copy per image (uint8).
+        step_s: one training step (forward + backward + optimizer) on a mini-batch, seconds.
+        step_source: "measured on <device>" or "assumed: ...".
+        checkpoint_s: how long a full-state checkpoint save blocks training, seconds.
+        checkpoint_write_s: until the file is on disk, seconds.
+        batch, subdivisions, img_size: the configuration measured (mini-batch = batch / subdivisions).
+        cores: CPU cores this process may use.
+        workers: loader workers the configuration uses now.
+        cached, augment_on: the current ``--cache`` (True = ram/disk) and ``--augment-on`` settings.
+        dataset_images: images in the training split (for the per-epoch checkpoint share).
+        cache_bytes: what the prepared cache of the split would take.
+    """
+
+    decode_s: float
+    cache_read_s: float
+    augment_s: float
+    device_plan_s: float
+    loader_cpu_s: float
+    loader_images_per_s: dict[int, float]
+    copy_s: float
+    step_s: float
+    step_source: str
+    checkpoint_s: float
+    checkpoint_write_s: float
+    batch: int
+    subdivisions: int
+    img_size: int
+    cores: int
+    workers: int
+    cached: bool = False
+    augment_on: str = "cpu"
+    dataset_images: int = 0
+    cache_bytes: int = 0
+
+    @property
+    def mini_batch(self) -> int:
+        return max(1, self.batch // max(1, self.subdivisions))
+
+
+@dataclass
+class Suggestion:
+    setting: str  # command-line flags
+    expected_images_per_s: float
+    data_wait: float
+    why: str
+
+
+@dataclass
+class Verdict:
+    bottleneck: str  # "model step" | "decode" | "cache read" | "augment" | "hand-off" | "workers"
+    sentence: str
+    data_wait: float  # predicted share of wall time the step waits for data, current settings
+    supply_images_per_s: float  # what the loader delivers with the current settings
+    demand_images_per_s: float  # what the training step consumes
+    expected_images_per_s: float
+    cost_per_image_s: dict[str, float]  # source, augment, overhead (current settings)
+    cache_factor: float  # predicted loader images/s with --cache over without (same workers)
+    checkpoint_share: float  # one checkpoint stall per epoch as a share of the epoch
+    suggestions: list[Suggestion] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _wait(supply: float, demand: float) -> float:
+    return 0.0 if supply >= demand else 1.0 - supply / demand
+
+
+def _supply(workers: int, cores: int, cost_s: float) -> float:
+    """Images/s that ``workers`` loader processes deliver (0 workers: the main process, one core)."""
+    usable = max(1, cores - 1)
+    return max(1, min(workers, usable)) / max(cost_s, 1e-9)
+
+
+def diagnose(t: StageTimings) -> Verdict:
+    """The verdict for the measured configuration and what each change would give."""
+    source = t.cache_read_s if t.cached else t.decode_s
+    aug = t.device_plan_s if t.augment_on == "device" else t.augment_s
+    overhead = max(0.0, t.loader_cpu_s - source - aug)
+    cost = source + aug + overhead
+    demand = t.mini_batch / max(t.step_s + t.copy_s * t.mini_batch, 1e-12)
+    supply = _supply(t.workers, t.cores, cost)
+    if t.workers in t.loader_images_per_s:
+        # measured beats modelled, except that a shared machine can only under-report
+        supply = max(supply, t.loader_images_per_s[t.workers]) if t.cores > 1 else supply
+    wait = _wait(supply, demand)
+    expected = min(supply, demand)
+    cost_uncached = t.decode_s + aug + overhead
+    cost_cached = t.cache_read_s + aug + overhead
+    cache_factor = cost_uncached / max(cost_cached, 1e-12)
+    epoch_s = t.dataset_images / max(expected, 1e-9) if t.dataset_images else 0.0
+    checkpoint_share = t.checkpoint_s / (epoch_s + t.checkpoint_s) if epoch_s else 0.0
+    parts = {"source": source, "augment": aug, "overhead": overhead}
+    usable = max(1, t.cores - 1)
+
+    if wait < DATA_WAIT_OK:
+        bottleneck = "model step"
+        sentence = (f"model-step-bound: the training step ({t.step_source}) consumes {demand:,.0f} images/s "
+                    f"and the loader ({t.workers} workers) supplies {supply:,.0f}, so the data pipeline "
+                    f"is not what limits training (data-wait {100 * wait:.0f}%).")
+    else:
+        worst = max(parts, key=parts.get)
+        bottleneck = {"source": "cache read" if t.cached else "decode", "augment": "augment",
+                      "overhead": "hand-off"}[worst]
+        if t.workers < usable and _wait(_supply(usable, t.cores, cost), demand) < DATA_WAIT_OK:
+            bottleneck = "workers"
+        what = {"decode": "reading and decoding the original images",
+                "cache read": "reading the prepared cache",
+                "augment": "the CPU augmentation",
+                "hand-off": "collating and handing batches to the main process",
+                "workers": "too few loader workers"}[bottleneck]
+        share = f"{1000 * parts[worst]:.1f} ms of the {1000 * cost:.1f} ms each image costs a loader core"
+        sentence = (f"{bottleneck}-bound: {what} ({share}), so {t.workers} worker(s) on {t.cores} cores "
+                    f"supply {supply:,.0f} images/s against the {demand:,.0f} the training step consumes "
+                    f"(data-wait {100 * wait:.0f}%).")
+
+    suggestions = []
+
+    def suggest(setting: str, new_cost: float, why: str, workers: int | None = None,
+                new_demand: float = demand) -> None:
+        new_workers = workers if workers is not None else min(usable, max(t.workers, 1))
+        new_supply = _supply(new_workers, t.cores, new_cost)
+        suggestions.append(Suggestion(setting, min(new_supply, new_demand), _wait(new_supply, new_demand),
+                                      why))
+
+    needed = min(usable, max(1, math.ceil(demand * cost)))
+    if needed != t.workers:
+        suggest(f"--workers {needed}", cost, f"{cost * 1000:.1f} ms per image per core: {needed} worker(s) "
+                f"{'cover' if needed * 1 / cost >= demand else 'are the most this machine has for'} "
+                f"the step's {demand:,.0f} images/s", workers=needed)
+    if not t.cached:
+        size = f" (or disk; {_human(t.cache_bytes)})" if t.cache_bytes else ""
+        suggest(f"--cache ram{size}",
+                cost_cached, f"decode once: {1000 * t.decode_s:.1f} ms -> {1000 * t.cache_read_s:.2f} ms "
+                f"per image, loader images/s x{cache_factor:.1f}", workers=min(usable, needed))
+    if t.augment_on != "device":
+        device_cost = t.cache_read_s + t.device_plan_s + overhead
+        suggest("--cache ram --augment-on device", device_cost,
+                f"the CPU only copies canvases and draws numbers ({1000 * device_cost:.2f} ms per image); "
+                "warp and colour run batched on the device", workers=min(usable, needed))
+    if t.subdivisions > 1:
+        suggest(f"--subdivisions 1 (mini-batch {t.batch})", cost,
+                "whole iterations in one mini-batch: same update, fewer and larger steps "
+                "(GPU efficiency; needs the memory); the loader supply is unchanged")
+    if t.img_size > 320:
+        small = t.img_size - 96
+        scale = (small / t.img_size) ** 2  # step and augmentation scale with pixels, decode does not
+        suggest(f"--img-size {small}", source + aug * scale + overhead,
+                f"{100 * (1 - scale):.0f}% fewer pixels per step and per warp (costs accuracy)",
+                new_demand=demand / scale)
+    if checkpoint_share > CHECKPOINT_STALL_OK:
+        suggestions.append(Suggestion(
+            "--checkpoint-interval 0 (last.pt/best.pt only) or fewer evaluations", expected, wait,
+            f"a checkpoint blocks {t.checkpoint_s:.2f} s, {100 * checkpoint_share:.0f}% of an epoch"))
+    return Verdict(bottleneck, sentence, wait, supply, demand, expected, parts, cache_factor,
+                   checkpoint_share, suggestions)
+
+
+def _human(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor") -> str:
+    """The report: stages, verdict, suggestions (the same content as the JSON)."""
+    mb = t.mini_batch
+    lines = [f"# {title}", "", f"**Verdict:** {v.sentence}", "",
+             f"Predicted data-wait {100 * v.data_wait:.1f}% of step time; "
+             f"expected {v.expected_images_per_s:,.0f} images/s "
+             f"(loader {v.supply_images_per_s:,.0f}, step {v.demand_images_per_s:,.0f}).", "",
+             "## Stages (median of repeats, after warm-up)", "",
+             "| stage | per image | note |", "|---|---|---|",
+             f"| read + decode (original files) | {1000 * t.decode_s:.2f} ms | CPU |",
+             f"| read from the prepared cache | {1000 * t.cache_read_s:.3f} ms | CPU (decoded image copy) |",
+             f"| augment (CPU path) | {1000 * t.augment_s:.2f} ms | warp + HSV + boxes at {t.img_size} |",
+             f"| CPU side of --augment-on device | {1000 * t.device_plan_s:.3f} ms | canvas copy + numbers |",
+             f"| loader, all processes ({'cache' if t.cached else 'no cache'}, augment on {t.augment_on}) | "
+             f"{1000 * t.loader_cpu_s:.2f} ms | overhead {1000 * v.cost_per_image_s['overhead']:.2f} ms |",
+             f"| host -> device copy | {1000 * t.copy_s:.3f} ms | uint8 |",
+             f"| training step | {1000 * t.step_s / mb:.2f} ms | {1000 * t.step_s:.1f} ms per mini-batch "
+             f"of {mb} ({t.step_source}) |",
+             f"| checkpoint save | {t.checkpoint_s:.2f} s blocking | {t.checkpoint_write_s:.2f} s to disk |",
+             "", "Loader images/s by workers (measured, wall): "
+             + ", ".join(f"{w}: {r:,.0f}" for w, r in sorted(t.loader_images_per_s.items())),
+             "", f"Predicted `--cache` gain on the loader: x{v.cache_factor:.2f} images/s at the same "
+             "workers.", "", "## Settings to try", "",
+             "| setting | expected images/s | data-wait | why |", "|---|---|---|---|"]
+    for s in v.suggestions:
+        lines.append(f"| `{s.setting}` | {s.expected_images_per_s:,.0f} | {100 * s.data_wait:.0f}% "
+                     f"| {s.why} |")
+    if not v.suggestions:
+        lines.append("| (none) | | | |")
+    return "\n".join(lines) + "\n"
