@@ -26,6 +26,9 @@ RESULT_COLUMNS = (
     "f1",
     "mAP50",
     "mAP50-95",
+    "gpu_util",  # mean NVML utilisation % over the epoch (CUDA runs with nvidia-ml-py)
+    "gpu_mem_gb",
+    "gpu_idle",  # share of the epoch's device time the GPU waited for the CPU (CUDA events)
 )
 
 
@@ -58,7 +61,8 @@ class Progress:
         self.bar.n = state.epoch_batches
         self.bar.set_postfix_str(
             f"box {values['box']:.3f} obj {values['obj']:.3f} cls {values['cls']:.3f} "
-            f"lr {values['lr']:.2e} {values['images_per_s']:.1f} img/s wait {100 * values['data_wait']:.0f}%",
+            f"lr {values['lr']:.2e} {values['images_per_s']:.1f} img/s wait {100 * values['data_wait']:.0f}%"
+            + _gpu_postfix(values),
             refresh=True,
         )
 
@@ -66,6 +70,18 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _gpu_postfix(values: dict) -> str:
+    """`` GPU 97% idle 2% 41.2G`` for whichever of the GpuMonitor readings are present."""
+    parts = []
+    if "gpu_util" in values:
+        parts.append(f"GPU {values['gpu_util']:.0f}%")
+    if "gpu_idle" in values:
+        parts.append(f"idle {100 * values['gpu_idle']:.0f}%")
+    if "gpu_mem_gb" in values:
+        parts.append(f"{values['gpu_mem_gb']:.1f}G")
+    return (" " + " ".join(parts)) if parts else ""
 
 
 class RunLogger:
