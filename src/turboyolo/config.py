@@ -47,8 +47,12 @@ class TrainConfig:
     nms_thres: float = 0.5
     eval_batch: int | None = None  # None: 2 x the training mini-batch
     clip_norm: float = 10.0
+    freeze: int = 0  # layers [0, freeze) keep their loaded weights and BN statistics
+    ema_decay: float = 0.9999
+    ema_ramp: float = 2000.0  # iterations over which the EMA decay ramps up (short runs: ~20)
     bn_momentum: float | None = None  # None: Darknet's 0.01; short runs want 0.03-0.1
     box_loss: str = "darknet"
+    assign_iou_thresh: float = 1.0  # AlexeyAB's iou_thresh: extra anchors per box above this shape IoU
     seed: int = 0  # -1: PyTorch-YOLOv3's "no seed" (we still seed, with 0)
     project: str = "runs/train"  # --logdir
     name: str = "exp"
@@ -74,6 +78,8 @@ class TrainConfig:
             (0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]"),
             (0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)"),
             (0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]"),
+            (self.freeze >= 0, "--freeze must be >= 0 (a layer count)"),
+            (0 < self.ema_decay < 1, "--ema-decay must be in (0, 1)"),
             (self.box_loss in ("darknet", "giou"), "--box-loss must be darknet or giou"),
         ]
         for ok, message in checks:

@@ -46,6 +46,7 @@ class TrainState:
     best_fitness: float = -1.0
     last_checkpoint: str | None = None
     max_iterations: int = 0  # 0 = no limit
+    frozen: tuple[nn.Module, ...] = ()  # layers that stay in eval mode (frozen BN statistics)
     forward: nn.Module | None = None  # a torch.compile'd view of `model`, when compiling
 
 
@@ -94,6 +95,8 @@ def train_one_epoch(
     """
     model, optimizer, loss_fn = state.model, state.optimizer, state.loss_fn
     model.train()
+    for module in state.frozen:
+        module.eval()
     device = options.device
     running = torch.zeros(len(LOSS_NAMES), device=device)
     running_images = 0

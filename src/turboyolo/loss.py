@@ -57,6 +57,8 @@ class YoloLoss:
         heads: ``model.heads`` (anchors, masks, strides, ignore_thresh from the cfg).
         box_loss: ``"darknet"`` or ``"giou"``.
         gains: multipliers of the box, obj and cls terms.
+        iou_thresh: also assign a box to every other anchor whose shape IoU with it exceeds this (the
+            ``iou_thresh`` of AlexeyAB's Darknet, e.g. 0.213); 1.0 = best anchor only (pjreddie).
     """
 
     def __init__(
@@ -64,12 +66,14 @@ class YoloLoss:
         heads: Sequence[HeadInfo],
         box_loss: str = "darknet",
         gains: tuple[float, float, float] = (1.0, 1.0, 1.0),
+        iou_thresh: float = 1.0,
     ):
         if box_loss not in ("darknet", "giou"):
             raise ValueError(f"box_loss must be 'darknet' or 'giou', got {box_loss!r}")
         self.heads = tuple(heads)
         self.box_loss = box_loss
         self.gains = gains
+        self.iou_thresh = iou_thresh
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def __call__(
@@ -97,10 +101,9 @@ class YoloLoss:
         gt_px = targets[:, 2:6] * scale_px  # [N, 4] cx, cy, w, h in input pixels
         gt_image = targets[:, 0].long()
         gt_class = targets[:, 1].long()
+        shape_iou = wh_iou(gt_px[:, 2:], self.all_anchors.to(host))  # [N, all anchors]
         best_anchor = (
-            wh_iou(gt_px[:, 2:], self.all_anchors.to(host)).argmax(1)
-            if len(targets)
-            else torch.zeros(0, dtype=torch.long, device=host)
+            shape_iou.argmax(1) if len(targets) else torch.zeros(0, dtype=torch.long, device=host)
         )
         gt_padded, gt_valid = _pad_per_image(gt_px, gt_image, batch_size)
         gt_padded = gt_padded.to(device, non_blocking=True)
@@ -117,6 +120,8 @@ class YoloLoss:
             # Which anchors/cells are assigned to a ground truth.
             mask_ids = torch.tensor(head.mask, device=host)
             hit = best_anchor[:, None] == mask_ids[None]  # [N, A]
+            if self.iou_thresh < 1.0:
+                hit |= shape_iou[:, mask_ids] > self.iou_thresh
             sel, local_anchor = hit.nonzero(as_tuple=True)
             g = gt_px[sel]
             gi = (g[:, 0] / stride_x).long().clamp(0, grid_w - 1)

@@ -85,7 +85,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--channels-last", action="store_true", help="channels_last memory format")
+    parser.add_argument("--freeze", type=int, default=0,
+                        help="keep the first N layers (weights and BN statistics) as loaded")
+    parser.add_argument("--ema-decay", type=float, default=0.9999,
+                        help="EMA decay (ramps up over --ema-ramp)")
+    parser.add_argument("--ema-ramp", type=float, default=2000.0, help="iterations of the EMA decay ramp")
     parser.add_argument("--box-loss", default="darknet", choices=("darknet", "giou"))
+    parser.add_argument("--assign-iou-thres", dest="assign_iou_thresh", type=float, default=1.0,
+                        help="also train every anchor whose shape IoU with a box exceeds this "
+                        "(AlexeyAB's iou_thresh, e.g. 0.213; 1 = best anchor only)")
     parser.add_argument("--clip-norm", type=float, default=10.0, help="gradient-norm clip (0: off)")
     parser.add_argument(
         "--time-limit",
@@ -125,7 +133,8 @@ def config_from_args(args: argparse.Namespace):
         iou_thres=args.iou_thres,
         conf_thres=args.conf_thres,
         nms_thres=args.nms_thres,
-        box_loss=args.box_loss,
+        box_loss=args.box_loss, freeze=args.freeze,
+        assign_iou_thresh=args.assign_iou_thresh, ema_decay=args.ema_decay, ema_ramp=args.ema_ramp,
         clip_norm=args.clip_norm,
         seed=max(args.seed, 0),
         project=args.project,
@@ -197,9 +206,17 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     train_loader, val_loader, names = _loaders(config, spec, mini_batch)
 
     model = Darknet(spec)
-    if config.weights and resume_state is None:
-        for line in load_pretrained(model, config.weights):
-            say(line)
+    if resume_state is None:
+        fresh = {head.layer_index - 1 for head in model.heads}
+        if config.weights:
+            lines, fresh = _load_reporting(model, config.weights)
+            for line in lines:
+                say(line)
+        init_head_priors(model, fresh)
+    frozen = tuple(model.layers[: config.freeze])
+    for module in frozen:
+        for param in module.parameters():
+            param.requires_grad_(False)
     if config.bn_momentum is not None:
         for module in model.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
@@ -220,7 +237,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         model=model,
         optimizer=optimizer,
         schedule=schedule,
-        loss_fn=YoloLoss(model.heads, box_loss=config.box_loss),
+        loss_fn=YoloLoss(model.heads, box_loss=config.box_loss, iou_thresh=config.assign_iou_thresh),
         images_per_iteration=net.batch,
         subdivisions=net.subdivisions,
         ema=ModelEMA(model) if config.ema else None,
@@ -349,11 +366,37 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     return run_dir
 
 
-def load_pretrained(model, weights: str | Path) -> list[str]:
+def init_head_priors(model, layers) -> None:
+    """Objectness bias of freshly initialised head convolutions: logit(0.01).
+
+    With a zero bias every one of the thousands of cells starts at p = 0.5, so the first iterations
+    are dominated by a huge "no object" loss whose gradient also shakes the pretrained layers.
+    """
+    import math
+
+    import torch
+
+    with torch.no_grad():
+        for head in model.heads:
+            index = head.layer_index - 1
+            conv = getattr(model.layers[index], "conv", None)
+            if index not in layers or conv is None or conv.bias is None:
+                continue
+            bias = conv.bias.view(len(head.mask), -1)
+            bias[:, 4] = math.log(0.01 / 0.99)
+            bias[:, 5:] = 0.0
+
+
+def _load_reporting(model, weights) -> tuple[list[str], set[int]]:
+    lines, skipped = load_pretrained(model, weights, return_skipped=True)
+    return lines, set(skipped)
+
+
+def load_pretrained(model, weights: str | Path, return_skipped: bool = False):
     """Load ``weights`` (Darknet .weights or checkpoint) into ``model``: everything whose shape fits.
 
-    Returns lines to print naming what was skipped. Darknet's ``seen`` is not carried over (the
-    schedule of this run starts at iteration 1).
+    Returns lines to print naming what was skipped (and, with ``return_skipped``, the skipped layer
+    indices). Darknet's ``seen`` is not carried over (the schedule of this run starts at iteration 1).
     """
     from turboyolo.errors import WeightsError
     from turboyolo.model.loading import (
@@ -374,19 +417,21 @@ def load_pretrained(model, weights: str | Path) -> list[str]:
     if is_checkpoint(path):
         loaded, skipped = load_matching(model, checkpoint_model_state(read_checkpoint(path)))
         layers = sorted({int(n.split(".")[1]) for n in skipped if n.startswith("layers.")})
-        return [
+        lines = [
             f"loaded {len(loaded)} tensors from {path}"
             + (f"; kept the initialisation of layers {layers} (shapes differ)" if layers else "")
         ]
+        return (lines, layers) if return_skipped else lines
     try:
         load_darknet_weights(model, path)
-        return [f"loaded {path} (all layers)"]
+        lines, layers = [f"loaded {path} (all layers)"], []
     except WeightsError:
-        _, skipped = transfer_darknet_weights(model, path)
-        return [
-            f"loaded {path} into every layer whose shape matches; layers {skipped} keep their "
-            "initialisation (another class count or anchors)"
+        _, layers = transfer_darknet_weights(model, path)
+        lines = [
+            f"loaded {path} into every layer whose shape matches; layers {layers} keep their "
+            "initialisation (another class count)"
         ]
+    return (lines, layers) if return_skipped else lines
 
 
 def export_weights(checkpoint_path: Path, spec, out: Path) -> Path:
@@ -445,7 +490,7 @@ def _apply_overrides(spec, config):
         changes["subdivisions"] = config.subdivisions
     if config.img_size:
         changes["width"] = changes["height"] = config.img_size
-    if config.max_batches is not None:
+    if config.max_batches:  # 0 means "epochs decide"; the schedule keeps the cfg's max_batches
         changes["max_batches"] = config.max_batches
     return spec.with_net(**changes) if changes else spec
 
@@ -566,3 +611,88 @@ def _write_config(path: Path, values: dict) -> None:
     import yaml
 
     path.write_text(yaml.safe_dump(values, sort_keys=False))
+
+
+# Anchors fitted to the trees boxes at 416 (`turboyolo anchors --data trees.data --num 6`): COCO's two
+# largest tiny anchors (135x169, 344x319) are no crown's best anchor.
+DEMO_ANCHORS = ((16, 17), (25, 29), (37, 35), (44, 49), (59, 59), (85, 86))
+DEMO_LR = 0.001  # Adam: the loss scale does not matter to it, and the calibration runs used this rate
+DEMO_BURN_IN = 15
+DEMO_ASSIGN_IOU = 0.213  # AlexeyAB's iou_thresh: ~4 anchors train on a typical crown instead of 1
+DEMO_FREEZE = 8  # conv 16-32-64-128 and their pools: generic edges/textures, half the backward time
+
+
+def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: float = 8.0, *,
+                  seed: int = 0, quiet: bool = False) -> Path:
+    """Fine-tune COCO yolov3-tiny on the trees sample within ``minutes`` of training; returns the run dir.
+
+    Writes ``demo-yolov3-tiny-trees.cfg`` (one class, anchors for 16-70 px crowns, Adam with a 15-iteration
+    burn-in and a cosine decay over the iterations that fit the budget), loads every COCO layer but the
+    two heads (Darknet's ``seen`` is not carried over), keeps the first 8 layers as loaded, trains with
+    EMA and evaluates every 3 epochs (evaluation time is not counted in the budget).
+    """
+    import time
+
+    import torch
+
+    from turboyolo.config import TrainConfig
+    from turboyolo.formats.darknet_cfg import write_cfg
+    from turboyolo.model.zoo import make_spec
+
+    data_dir, out_project = Path(data_dir), Path(out_project)
+    out_project.mkdir(parents=True, exist_ok=True)
+    budget_s = minutes * 60.0
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    # On a small shared CPU the loader worker takes a core; two intra-op threads then spin against it.
+    torch.set_num_threads(max(1, min(threads, (torch.multiprocessing.cpu_count() or 2) - 1)))
+    try:
+        spec = make_spec("yolov3-tiny", num_classes=1, width=416, height=416, batch=8, subdivisions=1,
+                         learning_rate=DEMO_LR, anchors=DEMO_ANCHORS)
+        seconds_per_iteration = _probe_iteration_seconds(spec, DEMO_FREEZE)
+        left = budget_s - (time.perf_counter() - start)
+        # The cosine spans 1.3x the iterations the probe predicts, and the run ends on the time limit,
+        # not on max_batches: on a shared CPU the real speed varies, and this way a slower run still
+        # ends at a small LR, a faster one keeps ~10% of it instead of idling at zero.
+        iterations = max(DEMO_BURN_IN + 10, int(1.3 * left / seconds_per_iteration))
+        spec = spec.with_net(burn_in=DEMO_BURN_IN, power=2.0, policy="cosine", max_batches=iterations,
+                             optimizer="adam",
+                             steps=(iterations + 1,), scales=(1.0,), saturation=1.5, exposure=1.5, hue=0.05)
+        cfg_path = write_cfg(spec, out_project / "demo-yolov3-tiny-trees.cfg")
+        if not quiet:
+            print(f"demo cfg {cfg_path}: {seconds_per_iteration:.2f} s per iteration of 8 images measured, "
+                  f"so {iterations} iterations (cosine LR from {DEMO_LR}, burn-in {DEMO_BURN_IN})")
+        config = TrainConfig(
+            cfg=str(cfg_path), data=str(data_dir / "trees.data"), weights=str(weights), epochs=10_000,
+            workers=1, project=str(out_project), name="trees-finetune", conf_thres=0.25, nms_thres=0.45,
+            evaluation_interval=3, checkpoint_interval=0, freeze=DEMO_FREEZE, ema_decay=0.98, ema_ramp=20.0,
+            bn_momentum=0.03, seed=seed, time_limit_min=(left - 2.0) / 60.0, eval_batch=10, max_batches=0,
+            assign_iou_thresh=DEMO_ASSIGN_IOU, box_loss="giou")
+        return fit(config, quiet=quiet)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _probe_iteration_seconds(spec, freeze: int) -> float:
+    """Seconds of one training iteration (forward + backward, batch of random images), best of two."""
+    import time
+
+    import torch
+
+    from turboyolo.loss import YoloLoss
+    from turboyolo.model.darknet import Darknet
+
+    model = Darknet(spec)
+    for module in model.layers[:freeze]:
+        for param in module.parameters():
+            param.requires_grad_(False)
+    images = torch.rand(spec.net.batch // spec.net.subdivisions, 3, spec.net.height, spec.net.width)
+    targets = torch.tensor([[0, 0, 0.5, 0.5, 0.1, 0.1]])
+    loss_fn = YoloLoss(model.heads)
+    times = []
+    for _ in range(2):
+        begin = time.perf_counter()
+        loss, _ = loss_fn(model(images), targets, (spec.net.height, spec.net.width))
+        loss.backward()
+        times.append(time.perf_counter() - begin)
+    return min(times) * spec.net.subdivisions

@@ -1,0 +1,117 @@
+"""The YOLOv3 loss: assignment, empty targets, class counts, and subdivision invariance of the update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from train.synth import micro_cfg
+from turboyolo.engine import StepOptions, TrainState, train_one_epoch
+from turboyolo.formats.darknet_cfg import parse_cfg, parse_cfg_text
+from turboyolo.loss import YoloLoss
+from turboyolo.model.darknet import Darknet
+from turboyolo.optim import Schedule, build_optimizer
+
+
+def _model(tmp_path, num_classes=1, batch_normalize=True, **kw):
+    path = micro_cfg(tmp_path / "m.cfg", num_classes=num_classes, **kw)
+    spec = (
+        parse_cfg(path)
+        if batch_normalize
+        else parse_cfg_text(path.read_text().replace("batch_normalize=1\n", ""), str(path))
+    )
+    torch.manual_seed(0)
+    return Darknet(spec)
+
+
+@pytest.mark.parametrize("num_classes", [1, 3])
+def test_zero_targets_give_only_objectness(tmp_path, num_classes):
+    model = _model(tmp_path, num_classes)
+    outputs = model(torch.rand(2, 3, 64, 64))
+    total, terms = YoloLoss(model.heads)(outputs, torch.zeros(0, 6), (64, 64))
+    assert terms[0] == 0 and terms[2] == 0 and terms[1] > 0
+    total.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_best_anchor_assignment_picks_one_head(tmp_path):
+    model = _model(tmp_path, 2)
+    outputs = [torch.zeros_like(o, requires_grad=True) for o in model(torch.rand(1, 3, 64, 64))]
+    # a 30x30 box at the centre: its best anchor is 30x30 (index 5, the stride-32 head, mask 3,4,5)
+    targets = torch.tensor([[0, 1, 0.5, 0.5, 30 / 64, 30 / 64]])
+    total, terms = YoloLoss(model.heads)(outputs, targets, (64, 64))
+    total.backward()
+    coarse, fine = outputs
+    cls_grad = coarse.grad[..., 5:].abs().sum(-1)  # [1, A, H, W]
+    assert cls_grad[0, 2, 1, 1] > 0 and cls_grad.count_nonzero() == 1  # anchor 5 = local index 2, cell (1,1)
+    assert fine.grad[..., 5:].abs().sum() == 0
+    # with AlexeyAB's iou_thresh, anchors of similar shape in the other head train too
+    outputs = [torch.zeros_like(o, requires_grad=True) for o in outputs]
+    YoloLoss(model.heads, iou_thresh=0.213)(outputs, targets, (64, 64))[0].backward()
+    assert outputs[1].grad[..., 5:].abs().sum() > 0
+
+
+def test_loss_is_a_sum_over_images(tmp_path):
+    model = _model(tmp_path, 2).eval()
+    images = torch.rand(2, 3, 64, 64)
+    targets = torch.tensor([[0, 0, 0.3, 0.3, 0.2, 0.3], [1, 1, 0.6, 0.5, 0.4, 0.4]])
+    loss = YoloLoss(model.heads)
+    both, _ = loss(model(images), targets, (64, 64))
+    first, _ = loss(model(images[:1]), targets[:1], (64, 64))
+    second_targets = targets[1:].clone()
+    second_targets[:, 0] = 0
+    second, _ = loss(model(images[1:]), second_targets, (64, 64))
+    assert both.item() == pytest.approx(first.item() + second.item(), rel=1e-5)
+
+
+def _one_iteration(model, subdivisions, images, targets):
+    spec = model.spec.with_net(batch=4, subdivisions=subdivisions)
+    optimizer = build_optimizer(model, spec.net)
+    state = TrainState(
+        model=model,
+        optimizer=optimizer,
+        schedule=Schedule(learning_rate=0.01),
+        loss_fn=YoloLoss(model.heads),
+        images_per_iteration=4,
+        subdivisions=subdivisions,
+    )
+    mini = 4 // subdivisions
+    batches = []
+    for start in range(0, 4, mini):
+        rows = targets[(targets[:, 0] >= start) & (targets[:, 0] < start + mini)].clone()
+        rows[:, 0] -= start
+        batches.append((images[start : start + mini], rows, None))
+    train_one_epoch(state, batches, len(batches), StepOptions(clip_norm=0.0))
+    assert state.iteration == 1
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_subdivisions_do_not_change_the_update(tmp_path):
+    # No BatchNorm: its batch statistics legitimately depend on the mini-batch.
+    images = torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8)
+    targets = torch.tensor(
+        [[0, 0, 0.3, 0.3, 0.2, 0.3], [1, 0, 0.6, 0.5, 0.4, 0.4], [3, 0, 0.5, 0.5, 0.3, 0.3]]
+    )
+    one = _one_iteration(_model(tmp_path, batch_normalize=False), 1, images, targets)
+    four = _one_iteration(_model(tmp_path, batch_normalize=False), 4, images, targets)
+    for key in one:
+        torch.testing.assert_close(one[key], four[key], rtol=1e-4, atol=1e-6)
+
+
+def test_non_finite_loss_names_iteration_and_checkpoint(tmp_path):
+    from turboyolo.engine import NonFiniteLoss
+
+    model = _model(tmp_path)
+    state = TrainState(
+        model=model,
+        optimizer=build_optimizer(model, model.spec.net),
+        schedule=Schedule(learning_rate=0.01),
+        loss_fn=YoloLoss(model.heads),
+        images_per_iteration=2,
+        subdivisions=1,
+        last_checkpoint="runs/x/weights/last.pt",
+    )
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    bad = torch.tensor([[0, 0, 0.5, 0.5, float("nan"), 0.2]])
+    with pytest.raises(NonFiniteLoss, match=r"iteration 1 .*runs/x/weights/last.pt"):
+        train_one_epoch(state, [(images, bad, None)], 1, StepOptions(log_interval=1))
