@@ -137,6 +137,11 @@ def merge_detections(
         windows = detections.windows[index].astype(np.float64)
         scores, cut = detections.scores[index], detections.cut[index]
         alive = np.ones(len(index), bool)
+        # Only boxes that intersect can interact: look them up in x1 order (a box of width <= max_width
+        # intersecting [x1, x2] starts in [x1 - max_width, x2)), so a keeper costs its neighbourhood only.
+        by_x1 = np.argsort(boxes[:, 0], kind="stable")
+        x1_sorted = boxes[by_x1, 0]
+        max_width = float((boxes[:, 2] - boxes[:, 0]).max()) if len(boxes) else 0.0
         out: list[tuple[np.ndarray, float, bool, np.ndarray]] = []
         for i in range(len(index)):
             if not alive[i]:
@@ -146,7 +151,9 @@ def merge_detections(
             changed = True
             while changed:  # a joined box can reach further parts
                 changed = False
-                rest = np.flatnonzero(alive)
+                lo, hi = np.searchsorted(x1_sorted, [box[0] - max_width, box[2]], side="left")
+                rest = by_x1[lo:hi]
+                rest = rest[alive[rest]]
                 if not len(rest):
                     break
                 candidates = rest[box_cut | cut[rest]]
@@ -165,7 +172,7 @@ def merge_detections(
                 joined = candidates[other_tile & (agree >= merge_thres)]
                 # joining goes first: a cut part overlapping its whole object is absorbed, not suppressed
                 alive[joined] = False
-                rest = np.flatnonzero(alive)
+                rest = rest[alive[rest]]
                 duplicate = _iou_pairs(np.broadcast_to(box, (len(rest), 4)), boxes[rest]) > nms_thres
                 alive[rest[duplicate]] = False
                 if len(joined):

@@ -1,0 +1,187 @@
+"""Auto-labelling: a model's detections written as YOLO labels beside images that have none.
+
+Never overwrites a label file unless asked (``overwrite``); every written file is recorded in its
+folder's manifest (:mod:`turboyolo.data.autolabels`) so the data set's scan can count model-made labels
+apart from human ones. A review list goes to the run directory: ``review.csv`` and
+``contact_sheet.jpg``, lowest confidence first (images with no detection before all others), so a
+person checks the least certain labels first.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from turboyolo.errors import ConfigError, DataError
+
+SPLITS = ("unlabeled", "train", "val")
+
+
+@dataclass
+class LabelOptions:
+    data: str
+    split: str
+    out_dir: Path
+    conf_thres: float = 0.25
+    nms_thres: float = 0.45
+    single_label: bool = False
+    overwrite: bool = False
+    batch_size: int = 8
+    sheet_max: int = 64
+    thumb: int = 224
+
+
+@dataclass
+class ReviewRow:
+    image: Path
+    label: Path
+    status: str  # "written", "kept" (a label existed), "unreadable"
+    scores: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+    @property
+    def min_conf(self) -> float:
+        return float(self.scores.min()) if len(self.scores) else 0.0
+
+    @property
+    def mean_conf(self) -> float:
+        return float(self.scores.mean()) if len(self.scores) else 0.0
+
+
+def split_images(data: str | Path, split: str) -> list[Path]:
+    """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
+    key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
+    from turboyolo.formats.datasets import list_images, load_data_config, resolve
+
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    config = load_data_config(data)
+    if split == "unlabeled":
+        value = config.extra.get("unlabeled")
+        if value is None:
+            if Path(data).is_dir():
+                sources = [Path(data)]
+            else:
+                raise ConfigError(
+                    f"{data}: no `unlabeled` entry; add `unlabeled: <image folder>` or pass a folder"
+                )
+        else:
+            items = value if isinstance(value, list) else [value]
+            sources = [resolve(str(v), config.root) for v in items]
+    else:
+        sources = config.split(split)
+    images = [image for source in sources for image in list_images(source)]
+    if not images:
+        raise DataError(f"{data}: the {split} split has no images")
+    return images
+
+
+def yolo_rows(prediction) -> np.ndarray:
+    """A :class:`~turboyolo.predict.Prediction` -> YOLO rows ``[n, 5]`` (cls, cx, cy, w, h relative)."""
+    boxes = np.asarray(prediction.boxes, np.float64).reshape(-1, 4)
+    width, height = prediction.width, prediction.height
+    return np.column_stack(
+        [
+            np.asarray(prediction.classes, np.float64),
+            (boxes[:, 0] + boxes[:, 2]) / 2 / width,
+            (boxes[:, 1] + boxes[:, 3]) / 2 / height,
+            (boxes[:, 2] - boxes[:, 0]) / width,
+            (boxes[:, 3] - boxes[:, 1]) / height,
+        ]
+    ).reshape(-1, 5)
+
+
+def auto_label(predictor, images: list[Path], opts: LabelOptions, weights_name: str) -> list[ReviewRow]:
+    """Write labels for ``images`` that have none; returns one review row per image."""
+    from turboyolo.data.autolabels import record_model_labels
+    from turboyolo.data.decode import load_image
+    from turboyolo.formats.datasets import label_path_for
+    from turboyolo.formats.labels import write_yolo_labels
+
+    rows: list[ReviewRow] = []
+    todo = []
+    for image in images:
+        label = label_path_for(image)
+        if label.exists() and not opts.overwrite:
+            rows.append(ReviewRow(image, label, "kept"))
+        else:
+            todo.append((image, label))
+    written: list[Path] = []
+    drawings: dict[Path, np.ndarray] = {}
+    for start in range(0, len(todo), opts.batch_size):
+        batch, arrays = [], []
+        for image, label in todo[start : start + opts.batch_size]:
+            try:
+                arrays.append(load_image(image))
+                batch.append((image, label))
+            except Exception as err:  # noqa: BLE001 - one bad file must not stop the run
+                rows.append(ReviewRow(image, label, f"unreadable: {err}"))
+        predictions = predictor.predict_arrays(
+            arrays, opts.conf_thres, opts.nms_thres, multi_label=not opts.single_label
+        )
+        for (image, label), array, prediction in zip(batch, arrays, predictions):
+            write_yolo_labels(label, yolo_rows(prediction))
+            written.append(label)
+            rows.append(ReviewRow(image, label, "written", np.asarray(prediction.scores, np.float32)))
+            drawings[image] = _thumbnail(array, prediction, opts.thumb)
+    record_model_labels(
+        written, weights=weights_name, conf_thres=opts.conf_thres, single_label=opts.single_label
+    )
+    rows.sort(key=_review_key)
+    _write_review(rows, opts, drawings)
+    return rows
+
+
+def _review_key(row: ReviewRow) -> tuple:
+    order = {"written": 0}.get(row.status, 1)
+    # written files first; among them no detection first, then lowest confidence
+    return (order, len(row.scores) > 0, row.min_conf, str(row.image))
+
+
+def _thumbnail(array: np.ndarray, prediction, size: int) -> np.ndarray:
+    import cv2
+
+    image = cv2.cvtColor(array, cv2.COLOR_RGB2BGR)
+    scale = size / max(image.shape[:2])
+    image = cv2.resize(image, (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale))))
+    for box, score in zip(np.asarray(prediction.boxes) * scale, prediction.scores):
+        x1, y1, x2, y2 = (int(round(v)) for v in box)
+        color = (0, 0, 255) if score < 0.5 else (0, 200, 0)  # BGR: red for the doubtful ones
+        cv2.rectangle(image, (x1, y1), (x2, y2), color, 1)
+    tile = np.full((size, size, 3), 40, np.uint8)
+    tile[: image.shape[0], : image.shape[1]] = image
+    return tile
+
+
+def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path, np.ndarray]) -> None:
+    import cv2
+
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    with open(opts.out_dir / "review.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["image", "label", "status", "detections", "min_conf", "mean_conf"])
+        for row in rows:
+            writer.writerow(
+                [
+                    row.image,
+                    row.label,
+                    row.status,
+                    len(row.scores),
+                    f"{row.min_conf:.4f}",
+                    f"{row.mean_conf:.4f}",
+                ]
+            )
+    shown = [row for row in rows if row.image in drawings][: opts.sheet_max]
+    if not shown:
+        return
+    columns = min(8, len(shown))
+    size = opts.thumb
+    sheet = np.full((((len(shown) + columns - 1) // columns) * (size + 18), columns * size, 3), 255, np.uint8)
+    for k, row in enumerate(shown):
+        top, left = (k // columns) * (size + 18), (k % columns) * size
+        sheet[top : top + size, left : left + size] = drawings[row.image]
+        caption = f"{row.image.name[:22]} {len(row.scores)} min {row.min_conf:.2f}"
+        cv2.putText(sheet, caption, (left + 2, top + size + 13), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (0, 0, 0), 1)
+    cv2.imwrite(str(opts.out_dir / "contact_sheet.jpg"), sheet)

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from turboyolo.cli import main
+from turboyolo.data.autolabels import count_model_made, is_model_made
+
+
+@pytest.fixture
+def tiny_weights_file(tiny_cfg, tmp_path_factory):
+    from turboyolo.model.loading import build_model, save_darknet_weights
+
+    return save_darknet_weights(build_model(tiny_cfg), tmp_path_factory.mktemp("w") / "tiny.weights")
+
+
+@pytest.mark.slow
+def test_label_writes_only_missing_labels_and_a_review(boxes_dataset, tiny_cfg, tiny_weights_file, tmp_path):
+    labels = sorted((boxes_dataset / "labels").glob("*.txt"))
+    human = {p: p.read_text() for p in labels[:3]}
+    for path in labels[3:]:
+        path.unlink()
+    args = [
+        "label",
+        "--cfg",
+        str(tiny_cfg),
+        "--weights",
+        str(tiny_weights_file),
+        "--data",
+        str(boxes_dataset / "images"),
+        "--conf-thres",
+        "0.2",
+        "--single-label",
+        "--device",
+        "cpu",
+        "--project",
+        str(tmp_path / "runs"),
+    ]
+    assert main(args) == 0
+    assert all(p.read_text() == text for p, text in human.items())  # human labels untouched
+    assert all(p.is_file() for p in labels)
+    assert count_model_made(labels) == (3, 3)
+    with open(tmp_path / "runs" / "exp" / "review.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    written = [r for r in rows if r["status"] == "written"]
+    assert len(written) == 3 and [r["status"] for r in rows[3:]] == ["kept"] * 3
+    with_boxes = [float(r["min_conf"]) for r in written if int(r["detections"])]
+    assert with_boxes == sorted(with_boxes)
+    assert (tmp_path / "runs" / "exp" / "contact_sheet.jpg").is_file()
+
+    edited = labels[3]
+    edited.write_text("0 0.5 0.5 0.2 0.2\n")  # a person corrects a model label: it counts as human now
+    assert not is_model_made(edited) and count_model_made(labels) == (2, 4)
+    assert main(args + ["--overwrite"]) == 0
+    assert count_model_made(labels) == (6, 0)
+
+
+def test_unlabeled_split_needs_an_entry(boxes_dataset, tiny_cfg, tiny_weights_file, tmp_path):
+    data = tmp_path / "d.yaml"
+    data.write_text(f"path: {boxes_dataset}\ntrain: images\nval: images\nnames: [obj]\n")
+    args = ["label", "--cfg", str(tiny_cfg), "--weights", str(tiny_weights_file), "--data", str(data)]
+    assert main(args) == 1
+    data.write_text(f"path: {boxes_dataset}\ntrain: images\nval: images\nunlabeled: images\nnames: [obj]\n")
+    from turboyolo.labeling import split_images
+
+    assert len(split_images(data, "unlabeled")) == 6
