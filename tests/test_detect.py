@@ -227,9 +227,10 @@ def test_single_label_and_class_filter(tmp_path, tiny_model_files):
     assert count["only"] and all(p["category_id"] == 1 for p in count["only"])
 
 
-def test_bad_flags_and_files_are_clear_errors(tmp_path, tiny_model_files, capsys):
+def test_bad_flags_and_files_are_clear_errors(tmp_path, tiny_model_files, capsys, monkeypatch):
     cfg, weights, names = tiny_model_files
     img = _write_photo(tmp_path / "p.jpg")
+    monkeypatch.chdir(tmp_path)  # default run directories land here, and must not be created on failure
     assert main(["detect", str(img), "--cfg", str(cfg), "--weights", str(tmp_path / "nope.weights")]) == 1
     assert "nope.weights: no such weights file" in capsys.readouterr().err
     assert main(["detect", str(img), "--cfg", str(cfg), "--weights", str(weights), "--conf-thres", "3"]) == 1
@@ -239,3 +240,4 @@ def test_bad_flags_and_files_are_clear_errors(tmp_path, tiny_model_files, capsys
     assert "Check that the .cfg (classes, filters) matches the weights" in capsys.readouterr().err
     assert main(["detect", str(tmp_path / "missing_dir"), "--cfg", str(cfg), "--weights", str(weights)]) == 1
     assert "missing_dir" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

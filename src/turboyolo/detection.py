@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.errors import ConfigError, DataError, TurboYoloError
+from turboyolo.rundir import next_run_dir
 
 # Darknet's table: the 80 class indices -> COCO's 91 category ids.
 COCO91_IDS = (
@@ -115,7 +116,8 @@ class DetectOptions:
     sources: list[str]
     cfg: str | None
     weights: str | None
-    out_dir: Path
+    out_dir: Path | None = None  # None: a fresh run directory from `run_dir`, made once the model loads
+    run_dir: tuple[str, str, bool] = ("runs/detect", "exp", False)  # (project, name, exist_ok)
     names: str | None = None
     conf_thres: float = 0.25
     nms_thres: float = 0.45
@@ -137,11 +139,10 @@ class DetectOptions:
     tile: int | None = None
     overlap: float = 0.2
     tile_whole: bool = False
+    vid_stride: int = 1
 
     @classmethod
     def from_args(cls, args) -> DetectOptions:
-        from turboyolo.rundir import next_run_dir
-
         sources = list(args.source) + list(args.images)
         if not sources:
             raise ConfigError(
@@ -157,6 +158,9 @@ class DetectOptions:
         img_size = None
         if args.img_size:
             img_size = (args.img_size[0], args.img_size[-1])
+        vid_stride = getattr(args, "vid_stride", 1)
+        if vid_stride < 1:
+            raise ConfigError(f"--vid-stride must be >= 1, got {vid_stride}")
         tile = getattr(args, "tile", None)
         if tile is not None:
             from turboyolo.tiling import TileOptions
@@ -188,7 +192,8 @@ class DetectOptions:
             tile=tile,
             overlap=getattr(args, "overlap", 0.2),
             tile_whole=getattr(args, "tile_whole", False),
-            out_dir=next_run_dir(args.project, args.name, args.exist_ok),
+            vid_stride=vid_stride,
+            run_dir=(args.project, args.name, args.exist_ok),
         )
 
 
@@ -198,6 +203,7 @@ class DetectReport:
     images: int = 0
     detections: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    videos: list[str] = field(default_factory=list)
 
 
 def gather_images(sources: list[str]) -> list[tuple[Path, Path]]:
@@ -317,8 +323,15 @@ def detect(opts: DetectOptions) -> DetectReport:
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     predictor = Predictor(model, device=device, img_size=opts.img_size, half=opts.half)
     wanted = class_indices(opts.class_filter, names)
-    items = gather_images(opts.sources)
+    from turboyolo.video import split_video_sources
+
+    image_sources, videos = split_video_sources(opts.sources)
+    items = gather_images(image_sources) if image_sources or not videos else []
+    if videos and opts.coco_gt:
+        raise ConfigError("--coco-gt takes image ids from a COCO json; it does not apply to videos")
     gt_ids = _coco_gt_ids(opts.coco_gt) if opts.coco_gt else None
+    if opts.out_dir is None:  # only now: a run that fails on its inputs leaves no empty directory
+        opts.out_dir = next_run_dir(*opts.run_dir)
     writer = _Writer(opts, names, gt_ids)
     report = DetectReport(opts.out_dir)
     fast_target = max(predictor.img_size) if opts.fast_decode else None
@@ -333,17 +346,7 @@ def detect(opts: DetectOptions) -> DetectReport:
             else:
                 good.append((path, rel, result))
         arrays = [array for _, _, (array, _) in good]
-        if opts.tile:
-            predictions = [_detect_tiled(predictor, array, opts, wanted) for array in arrays]
-        else:
-            predictions = predictor.predict_arrays(
-                arrays,
-                opts.conf_thres,
-                opts.nms_thres,
-                multi_label=not opts.single_label,
-                classes=wanted,
-                max_det=opts.max_det,
-            )
+        predictions = _predict(predictor, arrays, opts, wanted)
         for (path, rel, (array, orig_hw)), prediction in zip(good, predictions):
             _to_full_resolution(prediction, array.shape[:2], orig_hw)
             writer.write(path, rel, array, prediction)
@@ -351,8 +354,56 @@ def detect(opts: DetectOptions) -> DetectReport:
             report.detections += len(prediction.scores)
         progress.update(len(batch))
     progress.close()
+    for source in videos:
+        _detect_video(source, predictor, opts, wanted, writer, report)
     writer.close(report)
     return report
+
+
+def _predict(predictor, arrays: list[np.ndarray], opts: DetectOptions, wanted) -> list:
+    if opts.tile:
+        return [_detect_tiled(predictor, array, opts, wanted) for array in arrays]
+    return predictor.predict_arrays(
+        arrays,
+        opts.conf_thres,
+        opts.nms_thres,
+        multi_label=not opts.single_label,
+        classes=wanted,
+        max_det=opts.max_det,
+    )
+
+
+def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, report: DetectReport) -> None:
+    """One video file or stream: every ``--vid-stride``-th frame, labels ``<stem>_<frame>.txt``, and an
+    annotated ``<stem>.mp4`` at the source's frame rate divided by the stride."""
+    from tqdm import tqdm
+
+    from turboyolo.video import VideoSink, is_stream, open_video, read_frames
+
+    try:
+        capture, info = open_video(source)
+    except DataError as err:
+        report.skipped.append((source, str(err).split(": ", 1)[-1]))
+        return
+    name = "".join(c if c.isalnum() else "_" for c in source) if is_stream(source) else Path(source).name
+    rel = Path(name)
+    sink = VideoSink(opts.out_dir / f"{rel.stem}.mp4", info.fps / opts.vid_stride) if opts.draw else None
+    total = (info.frames + opts.vid_stride - 1) // opts.vid_stride if info.frames else None
+    progress = tqdm(total=total, desc=rel.name, unit="frame", disable=opts.quiet, file=sys.stderr)
+    try:
+        for batch in _batches(read_frames(capture, opts.vid_stride), opts.batch_size):
+            predictions = _predict(predictor, [frame for _, frame in batch], opts, wanted)
+            for (index, frame), prediction in zip(batch, predictions):
+                writer.write(Path(source), rel, frame, prediction, frame=index, sink=sink)
+                report.images += 1
+                report.detections += len(prediction.scores)
+            progress.update(len(batch))
+    finally:
+        capture.release()
+        progress.close()
+        if sink is not None:
+            sink.close()
+    report.videos.append(str(sink.path) if sink is not None else source)
 
 
 def _detect_tiled(predictor, array: np.ndarray, opts: DetectOptions, wanted):
@@ -407,9 +458,16 @@ class _Writer:
             return self.gt_ids[path.name]
         return len(self.image_ids)
 
-    def write(self, path: Path, rel: Path, array: np.ndarray, prediction) -> None:
-        image_id = self.image_id(path, rel)
-        self.image_ids[image_id] = str(path)
+    def write(self, path: Path, rel: Path, array: np.ndarray, prediction, frame: int | None = None,
+              sink=None) -> None:
+        """One image, or frame ``frame`` of a video (labels ``<stem>_<frame>.txt``, drawing into ``sink``)."""
+        if frame is not None:
+            image_id = len(self.image_ids)
+            self.image_ids[image_id] = f"{path}#{frame}"
+            rel = rel.parent / f"{rel.stem}_{frame}.jpg"
+        else:
+            image_id = self.image_id(path, rel)
+            self.image_ids[image_id] = str(path)
         boxes, scores, classes = prediction.boxes, prediction.scores, prediction.classes
         for box, score, cls in zip(boxes.tolist(), scores.tolist(), classes.tolist()):
             category = COCO91_IDS[cls] if self.opts.coco_ids else int(cls)
@@ -429,7 +487,10 @@ class _Writer:
             )
         if self.opts.save_txt:
             self._write_labels(rel, prediction)
-        if self.opts.draw:
+        if self.opts.draw and frame is not None:
+            if sink is not None:
+                sink.write(self._drawn(array, prediction))
+        elif self.opts.draw:
             self._draw(rel, array, prediction)
 
     def _write_labels(self, rel: Path, prediction) -> None:
@@ -452,6 +513,17 @@ class _Writer:
     def _draw(self, rel: Path, array: np.ndarray, prediction) -> None:
         import cv2
 
+        image = self._drawn(array, prediction)
+        dest = self.opts.out_dir / rel
+        if dest.suffix.lower() not in (".jpg", ".jpeg", ".png"):
+            dest = dest.with_suffix(".jpg")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(dest), image)
+
+    def _drawn(self, array: np.ndarray, prediction) -> np.ndarray:
+        """BGR copy of ``array`` with the boxes and labels drawn."""
+        import cv2
+
         image = cv2.cvtColor(array, cv2.COLOR_RGB2BGR)
         scale = array.shape[1] / prediction.width
         thickness = max(1, round(max(image.shape[:2]) / 400))
@@ -469,11 +541,7 @@ class _Writer:
                 color,
                 thickness,
             )
-        dest = self.opts.out_dir / rel
-        if dest.suffix.lower() not in (".jpg", ".jpeg", ".png"):
-            dest = dest.with_suffix(".jpg")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        cv2.imwrite(str(dest), image)
+        return image
 
     def close(self, report: DetectReport) -> None:
         (self.opts.out_dir / "predictions.json").write_text(json.dumps(self.results))
