@@ -295,7 +295,10 @@ def _batches(iterator, size: int):
 
 def run_detection(opts: DetectOptions) -> int:
     report = detect(opts)
-    print(f"{report.images} images, {report.detections} detections -> {report.out_dir}")
+    what = f"{report.images} images"
+    if report.videos:
+        what += f" and video frames ({len(report.videos)} videos)"
+    print(f"{what}, {report.detections} detections -> {report.out_dir}")
     if report.skipped:
         print(f"{len(report.skipped)} unreadable images skipped:", file=sys.stderr)
         for path, reason in report.skipped:

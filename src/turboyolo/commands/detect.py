@@ -8,7 +8,9 @@ from turboyolo.cli import add_model_flags, add_run_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="*", help="image files, folders, globs or .txt list files")
+    parser.add_argument(
+        "source", nargs="*", help="images, folders, globs, .txt lists, videos, stream URLs, camera index"
+    )
     parser.add_argument(
         "-i",
         "--images",
@@ -61,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", type=float, default=0.2, help="with --tile: share of a tile overlapped")
     parser.add_argument(
         "--tile-whole", action="store_true", help="with --tile: also detect on the whole (downscaled) image"
+    )
+    parser.add_argument(
+        "--vid-stride", type=int, default=1, help="videos: detect on every N-th frame (output video at fps/N)"
     )
     parser.add_argument("--n-cpu", "--workers", dest="workers", type=int, default=4, help="decode threads")
     add_run_flags(parser, "detect")
