@@ -1,0 +1,99 @@
+"""The small public Python API: load a model, detect on arrays or image files.
+
+>>> import turboyolo
+>>> model = turboyolo.load("yolov3-tiny")                   # doctest: +SKIP
+>>> [result] = turboyolo.detect(model, "dog.jpg")           # doctest: +SKIP
+>>> result.boxes, result.scores, result.classes             # doctest: +SKIP
+
+``load`` takes what ``--weights`` takes on the command line (a Darknet ``.weights`` with its ``--cfg``,
+a turboyolo checkpoint that carries its cfg, or the name of a pinned asset such as ``yolov3-tiny``);
+``detect`` takes one image or a list, each a path or a uint8 RGB ``[H, W, 3]`` array, and returns one
+:class:`~turboyolo.predict.Prediction` per image: ``boxes`` ``[n, 4]`` xyxy in the image's pixels,
+``scores`` ``[n]``, ``classes`` ``[n]``. The CLI's ``detect``, ``label`` and ``export`` use the same pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from turboyolo.predict import Prediction, Predictor
+
+ImageLike = str | Path | np.ndarray
+
+
+def load(
+    weights: str | Path,
+    cfg: str | Path | None = None,
+    *,
+    device: str | None = None,
+    img_size: int | tuple[int, int] | None = None,
+    half: bool = False,
+) -> Predictor:
+    """A ready :class:`~turboyolo.predict.Predictor` (eval mode, on ``device``; default CUDA if present).
+
+    Args:
+        weights: ``.weights`` file, checkpoint (``.pt``), or a pinned asset name (``"yolov3-tiny"``).
+        cfg: the Darknet ``.cfg``; needed for ``.weights`` files other than pinned assets.
+        img_size: network input side (or ``(width, height)``); default: the cfg's.
+    """
+    import torch
+
+    from turboyolo.detection import resolve_model
+    from turboyolo.model.loading import build_model
+
+    spec, path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    size = (img_size, img_size) if isinstance(img_size, int) else img_size
+    return Predictor(build_model(spec, path), device=device, img_size=size, half=half)
+
+
+def detect(
+    model: Predictor,
+    images: ImageLike | Sequence[ImageLike],
+    *,
+    conf_thres: float = 0.25,
+    nms_thres: float = 0.45,
+    single_label: bool = False,
+    classes: Sequence[int] | None = None,
+    max_det: int | None = None,
+    tile: int | None = None,
+    overlap: float = 0.2,
+    batch_size: int = 8,
+) -> list[Prediction]:
+    """Detections for one image or a list of images (paths or uint8 RGB arrays), in input order.
+
+    ``tile`` (pixels) detects each image on overlapping full-resolution tiles and merges the boxes
+    (:mod:`turboyolo.tiling`), for images much larger than the network input.
+    """
+    from turboyolo.data.decode import load_image
+
+    single = isinstance(images, (str, Path, np.ndarray))
+    items = [images] if single else list(images)
+    arrays = [load_image(item) if isinstance(item, (str, Path)) else np.asarray(item) for item in items]
+    kwargs = dict(multi_label=not single_label, classes=classes)
+    if tile is not None:
+        from turboyolo.tiling import TileOptions, detect_tiled
+
+        options = TileOptions(tile, overlap)
+        results = []
+        for array in arrays:
+            merged = detect_tiled(
+                lambda crops: model.predict_arrays(crops, conf_thres, nms_thres, **kwargs),
+                array,
+                options,
+                batch_size=batch_size,
+                nms_thres=nms_thres,
+                max_det=max_det,
+            )
+            results.append(
+                Prediction(merged.boxes, merged.scores, merged.classes, array.shape[1], array.shape[0])
+            )
+        return results
+    results = []
+    for start in range(0, len(arrays), batch_size):
+        chunk = arrays[start : start + batch_size]
+        results += model.predict_arrays(chunk, conf_thres, nms_thres, max_det=max_det, **kwargs)
+    return results
