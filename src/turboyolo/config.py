@@ -35,6 +35,7 @@ class TrainConfig:
     device: str = "auto"
     amp: str = "auto"
     cache: str = "none"
+    augment_on: str = "cpu"  # cpu | device: warp + colour as batched tensor ops after the copy
     ema: bool = True
     compile: bool = False
     channels_last: bool = False
@@ -67,6 +68,7 @@ class TrainConfig:
             (self.epochs >= 1, "--epochs must be >= 1"),
             (self.amp in AMP_CHOICES, f"--amp must be one of {', '.join(AMP_CHOICES)}"),
             (self.cache in CACHE_CHOICES, f"--cache must be one of {', '.join(CACHE_CHOICES)}"),
+            (self.augment_on in ("cpu", "device"), "--augment-on must be cpu or device"),
             (self.batch is None or self.batch >= 1, "--batch must be >= 1"),
             (self.subdivisions is None or self.subdivisions >= 1, "--subdivisions must be >= 1"),
             (

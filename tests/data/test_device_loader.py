@@ -95,3 +95,30 @@ def test_errors_name_the_flag(samples):
     with pytest.raises(DataError, match="--augment-on"):
         build_loader(samples, workers=0, augment=None, augment_on="gpu", img_size=64, batch_size=2,
                      shuffle=False)
+
+
+@pytest.mark.slow
+def test_train_with_device_augmentation_resumes_exactly(tmp_path):
+    from train.synth import make_dataset as make_train_set
+    from train.synth import micro_cfg
+    from turboyolo.commands.train import fit
+    from turboyolo.config import TrainConfig
+
+    data = make_train_set(tmp_path / "data", 8, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=4, subdivisions=2, learning_rate=0.01, burn_in=2,
+                    max_batches=5)
+    common = dict(cfg=str(cfg), data=str(data), epochs=100, workers=1, evaluation_interval=0,
+                  checkpoint_interval=0, augment_on="device", cache="ram")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        straight = fit(TrainConfig(project=str(tmp_path / "a"), **common), quiet=True)
+        first = fit(TrainConfig(project=str(tmp_path / "b"), **common), stop_at_iteration=3, quiet=True)
+        resumed = fit(TrainConfig(resume=str(first / "weights" / "last.pt")), quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    a = torch.load(straight / "weights" / "last.pt", weights_only=True)["model"]
+    b = torch.load(resumed / "weights" / "last.pt", weights_only=True)["model"]
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert "data_wait" in (straight / "results.csv").read_text().splitlines()[0]

@@ -77,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("none", "ram", "disk"),
         help="decode each image once into a prepared cache",
     )
+    parser.add_argument("--augment-on", default="cpu", choices=("cpu", "device"),
+                        help="where affine/letterbox, HSV and flip run: the loader's CPU processes, or the "
+                        "training device as batched tensor ops (the loader then only copies cached uint8 "
+                        "images; use with --cache)")
     parser.add_argument(
         "--ema",
         action=argparse.BooleanOptionalAction,
@@ -124,6 +128,7 @@ def config_from_args(args: argparse.Namespace):
         device=args.device,
         amp=args.amp,
         cache=args.cache,
+        augment_on=args.augment_on,
         ema=args.ema,
         compile=args.compile,
         channels_last=args.channels_last,
@@ -260,6 +265,12 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         log_interval=config.log_interval,
     )
     logger = RunLogger(run_dir, config.as_dict(), wandb=config.wandb)
+    from turboyolo.data.loader import default_workers
+    from turboyolo.gpu_monitor import GpuMonitor, data_wait_advice
+
+    monitor = GpuMonitor(device)
+    advice = data_wait_advice(config.cache, config.augment_on, train_loader.workers, default_workers() + 1)
+    gpu_epoch: list[dict] = []
     writer = CheckpointWriter()
     cfg_text = format_cfg(spec)
     progress = Progress(enabled=not quiet)
@@ -274,6 +285,14 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     def on_iteration(st, values):
         nonlocal stopped
         if values:
+            gpu = monitor.read()
+            if gpu:
+                values.update(gpu)
+                gpu_epoch.append(gpu)
+                progress.update(st, values)
+            warning = monitor.data_wait_warning(values["data_wait"], advice)
+            if warning:
+                say(warning)
             logger.scalars(values, st.iteration)
         if stop_at_iteration is not None and st.iteration >= stop_at_iteration:
             stopped = True
@@ -298,7 +317,9 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             )
             progress.start(state.epoch, config.epochs, len(train_loader), state.epoch_batches)
             epoch_start = time.perf_counter()
-            stats = train_one_epoch(state, batches, len(train_loader), options, on_iteration, progress)
+            gpu_epoch.clear()
+            stats = train_one_epoch(state, monitor.wrap(batches), len(train_loader), options, on_iteration,
+                                    progress)
             progress.close()
             train_seconds += time.perf_counter() - epoch_start
             finished = state.epoch_batches >= len(train_loader)
@@ -313,6 +334,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                 "minutes": train_seconds / 60,
                 "lr": optimizer.param_groups[0]["lr"],
                 **stats,
+                **{k: sum(g[k] for g in gpu_epoch if k in g) / max(1, sum(k in g for g in gpu_epoch))
+                   for k in ("gpu_util", "gpu_mem_gb", "gpu_idle") if any(k in g for g in gpu_epoch)},
             }
             done = (
                 stopped
@@ -352,6 +375,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             checkpoint(paths)
     finally:
         progress.close()
+        monitor.close()
         writer.close()
         logger.close()
     final = state.ema.module if state.ema is not None else model
@@ -457,6 +481,8 @@ def remaining_batches(loader, skip: int):
 
     from turboyolo.data.loader import collate
 
+    if hasattr(loader, "remaining"):  # --augment-on device: the loader knows its batch-level dataset
+        return loader.remaining(skip)
     sampler = loader.batch_sampler
 
     class _Tail(torch.utils.data.Sampler):
@@ -530,6 +556,9 @@ def _loaders(config, spec, mini_batch: int):
         (int(img_size * 0.67) // 32 * 32, int(img_size * 1.5) // 32 * 32) if config.multiscale else None
     )
     cache = val_cache = None
+    if config.augment_on == "device" and config.cache == "none":
+        print("note: --augment-on device without --cache decodes every original each epoch; "
+              "--cache ram (or disk) lets the loader only copy images")
     if config.cache != "none":
         from turboyolo.data.cache import prepare_cache
 
@@ -557,6 +586,7 @@ def _loaders(config, spec, mini_batch: int):
         seed=config.seed,
         multiscale=multiscale,
         cache=cache,
+        augment_on=config.augment_on,
     )
     val_loader = build_loader(
         val_scan.samples,
