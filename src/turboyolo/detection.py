@@ -204,6 +204,7 @@ class DetectReport:
     detections: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     videos: list[str] = field(default_factory=list)
+    frames: int = 0
 
 
 def gather_images(sources: list[str]) -> list[tuple[Path, Path]]:
@@ -297,7 +298,7 @@ def run_detection(opts: DetectOptions) -> int:
     report = detect(opts)
     what = f"{report.images} images"
     if report.videos:
-        what += f" and video frames ({len(report.videos)} videos)"
+        what += f", {report.frames} frames of {len(report.videos)} video(s)"
     print(f"{what}, {report.detections} detections -> {report.out_dir}")
     if report.skipped:
         print(f"{len(report.skipped)} unreadable images skipped:", file=sys.stderr)
@@ -398,7 +399,7 @@ def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, r
             predictions = _predict(predictor, [frame for _, frame in batch], opts, wanted)
             for (index, frame), prediction in zip(batch, predictions):
                 writer.write(Path(source), rel, frame, prediction, frame=index, sink=sink)
-                report.images += 1
+                report.frames += 1
                 report.detections += len(prediction.scores)
             progress.update(len(batch))
     finally:

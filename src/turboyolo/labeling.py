@@ -182,6 +182,6 @@ def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path
     for k, row in enumerate(shown):
         top, left = (k // columns) * (size + 18), (k % columns) * size
         sheet[top : top + size, left : left + size] = drawings[row.image]
-        caption = f"{row.image.name[:22]} {len(row.scores)} min {row.min_conf:.2f}"
+        caption = f"{row.image.name[-24:]} {len(row.scores)} min {row.min_conf:.2f}"
         cv2.putText(sheet, caption, (left + 2, top + size + 13), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (0, 0, 0), 1)
     cv2.imwrite(str(opts.out_dir / "contact_sheet.jpg"), sheet)
