@@ -1,0 +1,286 @@
+"""One section of the GPU benchmark (bench/gpu.sh runs them in turn); writes ``$OUT/<section>.json``.
+
+Sections:
+  data        build the training set: every photo in --photos linked --copies times (3 boxes each)
+  ceiling     synthetic-data ceiling: the same model, mini-batch and precision, images already on the GPU
+  ours-cpu    turboyolo's loader (--cache ram, CPU augmentation) + engine.train_one_epoch
+  ours-device the same with --augment-on device
+  checkpoint  how long a full-state save (model + optimizer) blocks training, and until it is on disk
+  table       the Markdown table of every section's JSON (also $OUT/table.md)
+
+MFU = 3 x forward FLOPs per image x images/s / 790 TFLOP/s (the bf16 matrix rate measured on an H200)
+and / 989 TFLOP/s (datasheet). Usage: see bench/gpu.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PEAK_MEASURED, PEAK_DATASHEET = 790e12, 989e12
+
+
+def write(out: Path, section: str, values: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{section}.json").write_text(json.dumps(values, indent=2))
+    print(f"[{section}] " + json.dumps(values), flush=True)
+
+
+def make_data(photos: Path, root: Path, copies: int) -> Path:
+    from turboyolo.formats.labels import write_yolo_labels
+
+    files = sorted(p for p in photos.iterdir() if p.suffix.lower() in (".jpg", ".jpeg"))
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for copy in range(copies):
+        for photo in files:
+            link = root / "images" / f"{photo.stem}_{copy}.jpg"
+            if not link.exists():
+                link.symlink_to(photo.resolve())
+            boxes = np.hstack([np.zeros((3, 1)), rng.uniform(0.2, 0.8, (3, 2)),
+                               rng.uniform(0.05, 0.3, (3, 2))])
+            write_yolo_labels(root / "labels" / f"{link.stem}.txt", boxes)
+            lines.append(str(link))
+    (root / "train.txt").write_text("\n".join(lines) + "\n")
+    (root / "bench.names").write_text("thing\n")
+    data = root / "bench.data"
+    data.write_text(f"classes=1\ntrain={root / 'train.txt'}\nvalid={root / 'train.txt'}\n"
+                    f"names={root / 'bench.names'}\n")
+    return data
+
+
+def setup(args):
+    from turboyolo.formats.darknet_cfg import parse_cfg
+    from turboyolo.loss import YoloLoss
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.optim import build_optimizer
+
+    device = torch.device(args.device)
+    spec = parse_cfg(args.cfg)
+    model = Darknet(spec).to(device).to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(model, spec.net)
+    return device, spec, model, optimizer, YoloLoss(model.heads)
+
+
+def mfu(spec, images_per_s: float, img_size: int) -> tuple[float, float]:
+    flops = train_flops(spec, img_size) * images_per_s
+    return flops / PEAK_MEASURED, flops / PEAK_DATASHEET
+
+
+def train_flops(spec, img_size: int) -> float:
+    """3 x forward FLOPs of one image (forward + backward)."""
+    from turboyolo.doctor_measure import forward_flops
+
+    return 3 * forward_flops(spec, img_size)
+
+
+def amp(device):
+    return torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
+        "cpu", enabled=False)
+
+
+def ceiling(args) -> dict:
+    from turboyolo.gpu_monitor import GpuMonitor
+
+    device, spec, model, optimizer, loss_fn = setup(args)
+    x = torch.rand(args.batch, 3, args.img_size, args.img_size, device=device).contiguous(
+        memory_format=torch.channels_last)
+    targets = torch.tensor([[i, 0, 0.5, 0.5, 0.2, 0.3] for i in range(args.batch)], dtype=torch.float32)
+    monitor = GpuMonitor(device, interval_s=0.2)
+
+    def step():
+        with amp(device):
+            outputs = model(x)
+        loss, _ = loss_fn(outputs, targets, (args.img_size, args.img_size))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    monitor.read()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < args.seconds:
+        step()
+        steps += 1
+        if device.type == "cuda" and steps % 10 == 0:
+            torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    rate = steps * args.batch / wall
+    gpu = monitor.read()
+    monitor.close()
+    m790, m989 = mfu(spec, rate, args.img_size)
+    return {"what": "synthetic ceiling (data on the GPU)", "images_per_s": rate, "data_wait": 0.0,
+            "train_flops_per_image": train_flops(spec, args.img_size),
+            "gpu_util": gpu.get("gpu_util"), "mfu_790": m790, "mfu_989": m989, "steps": steps}
+
+
+def ours(args, augment_on: str) -> dict:
+    from turboyolo.data.augment import AugmentParams
+    from turboyolo.data.cache import prepare_cache
+    from turboyolo.data.loader import build_loader
+    from turboyolo.data.scan import scan_dataset
+    from turboyolo.engine import StepOptions, TrainState, train_one_epoch
+    from turboyolo.gpu_monitor import GpuMonitor
+    from turboyolo.optim import Schedule
+
+    device, spec, model, optimizer, loss_fn = setup(args)
+    samples = scan_dataset(args.data, "train").samples
+    cache = prepare_cache(samples, args.img_size, None, memory="ram", workers=os.cpu_count(),
+                          log=lambda *_: None)
+    loader = build_loader(samples, img_size=args.img_size, batch_size=args.batch,
+                          augment=AugmentParams.from_net(), workers=args.workers, shuffle=True, cache=cache,
+                          augment_on=augment_on, drop_last=True)
+    state = TrainState(model=model, optimizer=optimizer, schedule=Schedule.from_net(spec.net),
+                       loss_fn=loss_fn, images_per_iteration=args.batch, subdivisions=1)
+    options = StepOptions(device=device, amp_dtype=torch.bfloat16 if device.type == "cuda" else None,
+                          channels_last=True, log_interval=10)
+    monitor = GpuMonitor(device, interval_s=0.2)
+    results, start, epoch = [], time.perf_counter(), 0
+    measuring_since = None
+    while time.perf_counter() - start < args.seconds + args.warmup:
+        loader.set_epoch(epoch)
+        state.epoch_batches = 0
+        stats = train_one_epoch(state, monitor.wrap(loader), len(loader), options)
+        gpu = monitor.read()
+        if time.perf_counter() - start > args.warmup or epoch > 0:
+            measuring_since = measuring_since or time.perf_counter()
+            results.append((stats, gpu))
+        epoch += 1
+    monitor.close()
+    if not results:
+        results = [(stats, gpu)]
+    seconds = sum(s["seconds"] for s, _ in results)
+    images = sum(s["images_per_s"] * s["seconds"] for s, _ in results)
+    rate = images / seconds
+    wait = sum(s["data_wait"] * s["seconds"] for s, _ in results) / seconds
+    utils = [g["gpu_util"] for _, g in results if "gpu_util" in g]
+    idles = [g["gpu_idle"] for _, g in results if "gpu_idle" in g]
+    m790, m989 = mfu(spec, rate, args.img_size)
+    return {"what": f"turboyolo, --cache ram, augment on {augment_on}, {args.workers} workers",
+            "images_per_s": rate, "data_wait": wait, "gpu_util": float(np.mean(utils)) if utils else None,
+            "gpu_idle": float(np.mean(idles)) if idles else None, "mfu_790": m790, "mfu_989": m989,
+            "epochs": len(results), "images_per_epoch": len(loader) * args.batch}
+
+
+def checkpoint(args) -> dict:
+    from turboyolo.doctor_measure import measure_checkpoint
+
+    device, spec, model, optimizer, loss_fn = setup(args)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    folder = Path(args.out) / "ckpt-tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    blocking, total = measure_checkpoint(model, optimizer, folder)
+    folder.rmdir()
+    naive_start = time.perf_counter()
+    torch.save(model.state_dict(), folder.parent / "naive.pth")  # what PyTorch-YOLOv3 does every epoch
+    naive = time.perf_counter() - naive_start
+    (folder.parent / "naive.pth").unlink()
+    return {"what": "checkpoint stall", "blocking_s": blocking, "on_disk_s": total,
+            "pytorch_yolov3_torch_save_s": naive}
+
+
+def table(out: Path) -> str:
+    rows, rates = [], {}
+    flops = None
+    if (out / "ceiling.json").exists():
+        flops = json.loads((out / "ceiling.json").read_text()).get("train_flops_per_image")
+    for name in ("ceiling", "pyyolo", "ours-cpu", "ours-device"):
+        path = out / f"{name}.json"
+        if not path.exists():
+            rows.append(f"| {name} | (missing) | | | | |")
+            continue
+        r = json.loads(path.read_text())
+        if "error" in r:
+            rows.append(f"| {name} | error: {r['error'][:80]} | | | | |")
+            continue
+
+        def pct(key, r=r):
+            return "-" if r.get(key) is None else f"{100 * r[key]:.1f}%"
+
+        if r.get("mfu_790") is None and flops:
+            achieved = flops * r["images_per_s"]
+            r["mfu_790"], r["mfu_989"] = achieved / PEAK_MEASURED, achieved / PEAK_DATASHEET
+        rates[name] = r
+        util = "-" if r.get("gpu_util") is None else f"{r['gpu_util']:.0f}%"
+        rows.append(f"| {r['what']} | {r['images_per_s']:,.1f} | {pct('data_wait')} | {util} | "
+                    f"{pct('mfu_790')} / {pct('mfu_989')} | {pct('gpu_idle')} |")
+    text = ("| run | images/s | data-wait | GPU util (NVML) | MFU vs 790 / 989 TFLOP/s | "
+            "GPU idle (events) |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    targets = []
+    for name in ("ours-cpu", "ours-device"):
+        if name in rates:
+            r = rates[name]
+            parts = [f"data-wait {100 * r['data_wait']:.1f}% (target < 3%)"]
+            if "ceiling" in rates:
+                parts.append(f"{r['images_per_s'] / rates['ceiling']['images_per_s']:.2f}x the ceiling "
+                             "(target >= 0.9)")
+            if "pyyolo" in rates and rates["pyyolo"]["images_per_s"] > 0:
+                parts.append(f"{r['images_per_s'] / rates['pyyolo']['images_per_s']:.1f}x PyTorch-YOLOv3 "
+                             "(target >= 10)")
+            targets.append(f"- {name}: " + ", ".join(parts))
+    if targets:
+        text += "\n" + "\n".join(targets) + "\n"
+    ckpt = out / "checkpoint.json"
+    if ckpt.exists():
+        c = json.loads(ckpt.read_text())
+        text += (f"\ncheckpoint: blocks training {c['blocking_s']:.3f} s (written in the background, on disk "
+                 f"after {c['on_disk_s']:.2f} s); PyTorch-YOLOv3's synchronous torch.save of the weights: "
+                 f"{c['pytorch_yolov3_torch_save_s']:.2f} s\n")
+    (out / "table.md").write_text(text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section")
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
+    parser.add_argument("--photos")
+    parser.add_argument("--root")
+    parser.add_argument("--copies", type=int, default=54)
+    parser.add_argument("--cfg")
+    parser.add_argument("--data")
+    parser.add_argument("--img-size", type=int, default=416)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--warmup", type=float, default=8)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if args.section == "data":
+        print(make_data(Path(args.photos), Path(args.root), args.copies))
+        return 0
+    if args.section == "table":
+        print(table(out))
+        return 0
+    functions = {"ceiling": ceiling, "ours-cpu": lambda a: ours(a, "cpu"),
+                 "ours-device": lambda a: ours(a, "device"), "checkpoint": checkpoint}
+    try:
+        values = functions[args.section](args)
+    except Exception as err:  # noqa: BLE001 - one failed section must not cost the others
+        import traceback
+
+        traceback.print_exc()
+        values = {"error": f"{type(err).__name__}: {err}"}
+    write(out, args.section, values)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
