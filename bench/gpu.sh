@@ -26,6 +26,11 @@ else
   nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$OUT/env.txt" 2>&1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pyyolo-site \
     bench/wheels/*.whl > "$OUT/pyyolo-install.txt" 2>&1 || echo "wheel install failed (see pyyolo-install.txt)"
+  # The image's OpenCV / SciPy may refuse numpy 1.26; then PyTorch-YOLOv3 runs on the image's numpy 2.
+  if ! PYTHONPATH=/tmp/pyyolo-site python3 -c "import cv2, imgaug, pytorchyolo.train" >> "$OUT/pyyolo-install.txt" 2>&1; then
+    rm -rf /tmp/pyyolo-site/numpy /tmp/pyyolo-site/numpy-* /tmp/pyyolo-site/numpy.libs
+    echo "PyTorch-YOLOv3 env: numpy 1.26 refused by the image's packages; using the image's numpy" | tee -a "$OUT/env.txt"
+  fi
 fi
 echo "python: $($PY -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)')" | tee -a "$OUT/env.txt"
 PHOTOS=${PHOTOS:-bench/photos}
