@@ -2,7 +2,7 @@
 
 Every per-image stage is timed as CPU time of this process (one thread), after a warm-up, over
 ``repeats`` passes of a fixed subset of the split; the median pass is reported. The loader is
-measured with :func:`turboyolo.commands.bench.measure_loader` (CPU of the main process and every
+measured with :func:`turboyolo.data.throughput.measure_loader` (CPU of the main process and every
 worker), the step with a device synchronisation around each repeat.
 """
 
@@ -144,13 +144,13 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     """All stages on a subset of ``split`` of ``data`` (see :class:`turboyolo.doctor.StageTimings`)."""
     import cv2
 
-    from turboyolo.commands.bench import measure_loader
     from turboyolo.data.augment import AugmentParams, augment_sample, sample_rng
     from turboyolo.data.cache import estimate_bytes, prepare_cache
     from turboyolo.data.decode import decode_image
     from turboyolo.data.device_augment import place_on_canvas, plan_sample_full
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
+    from turboyolo.data.throughput import measure_loader
     from turboyolo.errors import DataError
 
     cv2.setNumThreads(1)
