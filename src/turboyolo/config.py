@@ -38,6 +38,7 @@ class TrainConfig:
     augment_on: str = "cpu"  # cpu | device: warp + colour as batched tensor ops after the copy
     ema: bool = True
     compile: bool = False
+    sync_bn: bool = False  # SyncBatchNorm under torchrun (CUDA only)
     channels_last: bool = False
     multiscale: bool = False  # --multiscale_training
     augment: bool = True  # False: letterbox only (overfitting tests, debugging)

@@ -47,7 +47,10 @@ class TrainState:
     last_checkpoint: str | None = None
     max_iterations: int = 0  # 0 = no limit
     frozen: tuple[nn.Module, ...] = ()  # layers that stay in eval mode (frozen BN statistics)
-    forward: nn.Module | None = None  # a torch.compile'd view of `model`, when compiling
+    forward: nn.Module | None = None  # what runs the forward pass: DDP and/or torch.compile of `model`
+    ddp: nn.Module | None = None  # the DistributedDataParallel wrapper under torchrun (for no_sync)
+    epoch_start_sample: int = 0  # global sample position the current epoch (re)started at
+    world_size: int = 1
 
 
 @dataclass
@@ -72,6 +75,12 @@ def _autocast(options: StepOptions):
     if options.amp_dtype is None:
         return nullcontext()
     return torch.autocast(options.device.type, dtype=options.amp_dtype)
+
+
+def _no_sync(state: TrainState, last_micro: bool):
+    if state.ddp is None or last_micro:
+        return nullcontext()
+    return state.ddp.no_sync()
 
 
 def train_one_epoch(
@@ -118,14 +127,17 @@ def train_one_epoch(
         if micro == 0:
             set_lr(optimizer, lr_at(state.schedule, state.iteration + 1))
         x = move_to_device(images, device, channels_last=options.channels_last)
-        with _autocast(options):
-            outputs = (state.forward or model)(x)
-        total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]))
-        loss = total / state.images_per_iteration
-        if state.scaler is not None:
-            state.scaler.scale(loss).backward()
-        else:
-            loss.backward()
+        # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
+        last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
+        with _no_sync(state, last_micro):
+            with _autocast(options):
+                outputs = (state.forward or model)(x)
+            total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]))
+            loss = total / state.images_per_iteration
+            if state.scaler is not None:
+                state.scaler.scale(loss).backward()
+            else:
+                loss.backward()
         running += terms
         logged_terms += terms
         batch_images = images.shape[0]
@@ -211,8 +223,11 @@ def evaluate(
     amp_dtype: torch.dtype | None = None,
     backend: str = "pycocotools",
     keep_predictions: int = 0,
-) -> tuple[EvalResult, list]:
+) -> tuple[EvalResult | None, list]:
     """mAP of ``model`` on a validation ``loader`` (letterboxed, no augmentation).
+
+    Under torchrun each rank evaluates its shard of the loader; rank 0 gets the result, the others
+    ``(None, [])``.
 
     Detections stay on the device until the loop ends (no per-batch sync); COCO matching runs on the
     original-image boxes. ``conf_thres`` is where precision / recall / F1 are read; detections down to
@@ -246,11 +261,32 @@ def evaluate(
     dets_cpu = [d.float().cpu().numpy() for d in all_dets]
     import numpy as np
 
+    if was_training:
+        model.train()
+    paths, dets_cpu, gt_labels, sizes = _gather_shards(paths, dets_cpu, gt_labels, sizes)
+    if paths is None:  # not rank 0: its shard went to rank 0, which computes the numbers
+        return None, []
     gt_labels = [g if g is not None else np.zeros((0, 5), np.float32) for g in gt_labels]
     gt = yolo_to_coco_gt(gt_labels, sizes, num_classes)
     result = coco_evaluate(
         gt, detections_to_coco(dets_cpu), conf_thres=conf_thres, max_det=max_det, backend=backend
     )
-    if was_training:
-        model.train()
     return result, list(zip(paths[:keep_predictions], dets_cpu[:keep_predictions]))
+
+
+def _gather_shards(paths, dets, gts, sizes):
+    """Under torchrun every rank evaluated its shard: collect them on rank 0 and drop the sampler's
+    padding (images repeated to even out the shards). Other ranks get ``None``s back."""
+    from turboyolo import distributed
+
+    shards = distributed.all_gather_objects((paths, dets, gts, sizes))
+    if len(shards) == 1:
+        return paths, dets, gts, sizes
+    if not distributed.read_env().is_main:
+        return None, None, None, None
+    merged: dict = {}
+    for shard in shards:
+        for path, det, gt, size in zip(*shard):
+            merged.setdefault(str(path), (path, det, gt, size))
+    ordered = [merged[key] for key in sorted(merged)]
+    return tuple(list(column) for column in zip(*ordered)) if ordered else ([], [], [], [])

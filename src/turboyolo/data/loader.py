@@ -197,14 +197,21 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.drop_last = drop_last
         self.epoch = 0
+        self.start = 0  # global position in the epoch's order to start from (resume on another world size)
         if multiscale:
             lo, hi = multiscale
             self.sizes = list(range(_round_up(lo), _round_up(hi) + 1, SIZE_STEP))
         else:
             self.sizes = [img_size]
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Select the epoch; ``start`` skips that many samples of its global order (all ranks together).
+
+        Rank r takes positions r, r+W, ... of the order, so after k batches on every rank the first
+        k * batch_size * W positions are consumed: a run resumed on another world size continues at
+        that global position and re-shards what is left.
+        """
+        self.epoch, self.start = epoch, start
 
     def _indices(self) -> np.ndarray:
         if self.shuffle:
@@ -212,13 +219,14 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
             order = rng.permutation(self.num_samples)
         else:
             order = np.arange(self.num_samples)
+        order = order[self.start:]
         if self.world_size > 1:
-            total = -(-self.num_samples // self.world_size) * self.world_size
+            total = -(-len(order) // self.world_size) * self.world_size
             order = np.resize(order, total)[self.rank::self.world_size]
         return order
 
     def __len__(self) -> int:
-        per_rank = -(-self.num_samples // self.world_size)
+        per_rank = -(-max(self.num_samples - self.start, 0) // self.world_size)
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
     def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
@@ -272,8 +280,8 @@ class DetectionLoader:
     def replaced_count(self) -> int:
         return len(self.replaced)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.batch_sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.batch_sampler.set_epoch(epoch, start)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
