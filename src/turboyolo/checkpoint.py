@@ -26,6 +26,7 @@ import torch
 
 FORMAT = "turboyolo-checkpoint"
 VERSION = 1
+WRITER_ENV = "TURBOYOLO_CHECKPOINT_WRITER"  # force "fork" or "thread" (tests, debugging)
 FAULT_ENV = "TURBOYOLO_CHECKPOINT_FAULT"  # "kill:<n>": SIGKILL the process midway through the n-th write
 
 
@@ -53,13 +54,19 @@ def atomic_save(obj: Any, path: str | Path, fault: Callable[[Path], None] | None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        torch.save(obj, handle)
-        handle.flush()
-        if fault is not None:
-            fault(tmp)
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    for stale in path.parent.glob(f".{path.name}.tmp*"):  # left by a writer that was killed mid-write
+        stale.unlink(missing_ok=True)
+    try:
+        with open(tmp, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            if fault is not None:
+                fault(tmp)
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # an error (not a kill): leave no temporary file behind
+        raise
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -69,6 +76,9 @@ def atomic_save(obj: Any, path: str | Path, fault: Callable[[Path], None] | None
     except OSError:  # pragma: no cover - some filesystems refuse a directory fsync
         pass
     return path
+
+
+_WRITER_PARENT: int | None = None  # pid of the training process, for the fault hook in a forked writer
 
 
 def _fault_from_env() -> Callable[[int], Callable[[Path], None] | None]:
@@ -85,6 +95,8 @@ def _fault_from_env() -> Callable[[int], Callable[[Path], None] | None]:
         def kill(tmp: Path) -> None:
             import signal
 
+            if _WRITER_PARENT is not None and os.getpid() != _WRITER_PARENT:
+                os.kill(_WRITER_PARENT, signal.SIGKILL)  # a forked writer: the whole run dies
             os.kill(os.getpid(), signal.SIGKILL)
 
         return kill
@@ -93,13 +105,28 @@ def _fault_from_env() -> Callable[[int], Callable[[Path], None] | None]:
 
 
 class CheckpointWriter:
-    """Background, atomic checkpoint writer with reused host buffers.
+    """Background, atomic checkpoint writer.
 
-    ``save(state, paths)`` waits for the previous write (if still running), copies the tensors of
-    ``state`` into the buffers, queues the write and returns. ``close()`` waits for the last write.
+    ``save(state, paths)`` waits for the previous write (if still running), snapshots ``state`` and
+    returns while the write goes on. ``close()`` waits for the last write. Two ways to snapshot:
+
+    * ``"fork"`` (default for CPU training on POSIX): ``os.fork()``; the child holds a copy-on-write
+      image of the process, writes the file and exits. The loop blocks only for the fork (page
+      tables), not for copying 3 x the parameters; memory grows only by the pages the loop changes
+      while the child writes.
+    * ``"thread"`` (default with CUDA tensors, which must not cross a fork): the tensors are copied
+      into pinned host buffers allocated once and reused; a thread writes them.
     """
 
-    def __init__(self, background: bool = True):
+    def __init__(self, background: bool = True, mode: str = "auto"):
+        if mode == "auto":
+            mode = os.environ.get(WRITER_ENV, "auto")
+        if mode == "auto":
+            mode = "fork" if hasattr(os, "fork") and not torch.cuda.is_initialized() else "thread"
+        if mode not in ("fork", "thread"):
+            raise ValueError(f"mode must be fork, thread or auto, got {mode!r}")
+        self.mode = mode if background else "thread"
+        self._child: int | None = None
         self.background = background
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._queue: queue.Queue = queue.Queue(maxsize=1)
@@ -131,6 +158,9 @@ class CheckpointWriter:
 
     def save(self, state: dict, paths: list[Path]) -> None:
         self.wait()
+        if self.mode == "fork":
+            self._fork_write(state, [Path(p) for p in paths])
+            return
         snapshot = self._snapshot(state, ())
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the non-blocking copies must land before the thread reads them
@@ -159,8 +189,31 @@ class CheckpointWriter:
                 return
             self._write(job)
 
+    def _fork_write(self, state: dict, paths: list[Path]) -> None:
+        global _WRITER_PARENT
+        self._count += 1
+        fault = self._fault(self._count)
+        _WRITER_PARENT = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: write from the copy-on-write image, never return into training
+            code = 1
+            try:
+                for index, path in enumerate(paths):
+                    atomic_save(state, path, fault if index == 0 else None)
+                code = 0
+            finally:
+                os._exit(code)
+        self._child = pid
+        self._paths = paths
+
     def wait(self) -> None:
         """Block until the queued write is on disk; re-raise its error, if any."""
+        if self._child is not None:
+            _, status = os.waitpid(self._child, 0)
+            self._child = None
+            if status != 0:
+                raise OSError(f"checkpoint writer for {self._paths[0]} failed (wait status {status}); "
+                              "check free disk space and permissions")
         self._idle.wait()
         if self._error is not None:
             error, self._error = self._error, None

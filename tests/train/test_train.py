@@ -77,7 +77,8 @@ def test_resume_mid_epoch_is_exact(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path):
+@pytest.mark.parametrize("writer", ["fork", "thread"])
+def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path, writer):
     data = make_dataset(tmp_path / "data", 4, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01, max_batches=6)
     project = tmp_path / "runs"
@@ -87,7 +88,8 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path):
         f"fit(TrainConfig(cfg={str(cfg)!r}, data={str(data)!r}, epochs=3, workers=0,"
         f" project={str(project)!r}, evaluation_interval=0, checkpoint_interval=1), quiet=True)\n"
     )
-    env = {**os.environ, "TURBOYOLO_CHECKPOINT_FAULT": "kill:2"}  # die inside the 2nd write (epoch 2)
+    # die inside the 2nd write (epoch 2), in the forked writer or the writer thread
+    env = {**os.environ, "TURBOYOLO_CHECKPOINT_FAULT": "kill:2", "TURBOYOLO_CHECKPOINT_WRITER": writer}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=120)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     weights = project / "exp" / "weights"
@@ -99,6 +101,8 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path):
     assert torch.load(run / "weights" / "last.pt", weights_only=True)["iteration"] == 6
     for path in (run / "weights").glob("*.pt"):
         torch.load(path, weights_only=True)  # every checkpoint loads without running code
+    assert not [p for p in (run / "weights").iterdir() if ".tmp" in p.name]  # the killed write's temp file
+    # is never under a checkpoint name; resuming does not pick it up
 
 
 def test_train_flags_accept_pytorch_yolov3_names():
