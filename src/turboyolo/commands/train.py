@@ -88,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="evaluate and export an exponential moving average of the weights",
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--sync-bn", action="store_true",
+                        help="SyncBatchNorm across GPUs under torchrun (CUDA only)")
     parser.add_argument("--channels-last", action="store_true", help="channels_last memory format")
     parser.add_argument("--freeze", type=int, default=0,
                         help="keep the first N layers (weights and BN statistics) as loaded")
@@ -131,6 +133,7 @@ def config_from_args(args: argparse.Namespace):
         augment_on=args.augment_on,
         ema=args.ema,
         compile=args.compile,
+        sync_bn=args.sync_bn,
         channels_last=args.channels_last,
         multiscale=args.multiscale,
         checkpoint_interval=args.checkpoint_interval,
@@ -167,6 +170,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
 
     import torch
 
+    from turboyolo import distributed
     from turboyolo.checkpoint import CheckpointWriter, set_rng_state
     from turboyolo.config import TrainConfig
     from turboyolo.engine import StepOptions, TrainState, amp_dtype_for, evaluate, train_one_epoch
@@ -178,6 +182,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     from turboyolo.optim import ModelEMA, Schedule, build_optimizer
     from turboyolo.rundir import next_run_dir
 
+    env = distributed.init(_device(config.device).type)
+    quiet = quiet or not env.is_main  # one console, one log, one set of checkpoints: rank 0's
     say = (lambda *a: None) if quiet else print
     resume_state = None
     if config.resume:
@@ -191,13 +197,15 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         run_dir = Path(config.resume).resolve().parent.parent
     else:
         spec = _apply_overrides(parse_cfg(config.cfg), config)
-        run_dir = next_run_dir(config.project, config.name, config.exist_ok)
+        made = next_run_dir(config.project, config.name, config.exist_ok) if env.is_main else None
+        run_dir = Path(distributed.broadcast_object(str(made) if made else None))
     weights_dir = run_dir / "weights"
     weights_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "model.cfg").write_text(format_cfg(spec))
-    _write_config(run_dir / "config.yaml", config.as_dict())
+    if env.is_main:
+        (run_dir / "model.cfg").write_text(format_cfg(spec))
+        _write_config(run_dir / "config.yaml", config.as_dict())
 
-    device = _device(config.device)
+    device = distributed.device_for(env, None if config.device == "auto" else str(_device(config.device)))
     torch.manual_seed(config.seed)
     net = spec.net
     if net.batch % net.subdivisions:
@@ -207,8 +215,18 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             f"batch={net.batch} is not a multiple of subdivisions={net.subdivisions} "
             "(cfg [net] or --batch/--subdivisions)"
         )
+    if net.subdivisions % env.world_size:
+        from turboyolo.config import FlagError
+
+        raise FlagError(
+            f"subdivisions={net.subdivisions} must be a multiple of the {env.world_size} processes: each "
+            "accumulates subdivisions / processes mini-batches per iteration (cfg [net] or --subdivisions)"
+        )
     mini_batch = net.batch // net.subdivisions
-    train_loader, val_loader, names = _loaders(config, spec, mini_batch)
+    ready = run_dir / f".data-ready-node{env.rank - env.local_rank}"
+    loaders = distributed.once_per_node(env, ready, lambda: _loaders(config, spec, mini_batch, env))
+    # local rank 0 scanned and built the caches; the others now find them ready
+    train_loader, val_loader, names = loaders or _loaders(config, spec, mini_batch, env)
 
     model = Darknet(spec)
     if resume_state is None:
@@ -226,6 +244,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         for module in model.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
                 module.momentum = config.bn_momentum
+    if config.sync_bn and env.enabled:
+        model = distributed.convert_sync_batchnorm(model, device)
     model.to(device)
     if config.channels_last:
         model.to(memory_format=torch.channels_last)
@@ -243,8 +263,9 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         optimizer=optimizer,
         schedule=schedule,
         loss_fn=YoloLoss(model.heads, box_loss=config.box_loss, iou_thresh=config.assign_iou_thresh),
-        images_per_iteration=net.batch,
-        subdivisions=net.subdivisions,
+        images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
+        subdivisions=net.subdivisions // env.world_size,
+        world_size=env.world_size,
         frozen=frozen,
         ema=ModelEMA(model, config.ema_decay, config.ema_ramp) if config.ema else None,
         scaler=torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None,
@@ -257,7 +278,12 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             f"resumed {config.resume}: iteration {state.iteration}, epoch {state.epoch}, "
             f"mini-batch {state.epoch_batches}"
         )
-    state.forward = torch.compile(model) if config.compile else None
+    if env.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [device.index] if device.type == "cuda" else None
+        state.ddp = DistributedDataParallel(model, device_ids=device_ids)
+    state.forward = torch.compile(state.ddp or model) if config.compile else state.ddp
     options = StepOptions(
         device=device,
         amp_dtype=amp_dtype,
@@ -265,7 +291,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         channels_last=config.channels_last,
         log_interval=config.log_interval,
     )
-    logger = RunLogger(run_dir, config.as_dict(), wandb=config.wandb)
+    logger = RunLogger(run_dir, config.as_dict(), wandb=config.wandb) if env.is_main else _Silent()
     from turboyolo.data.loader import default_workers
     from turboyolo.gpu_monitor import GpuMonitor, data_wait_advice
 
@@ -281,7 +307,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
 
     def checkpoint(paths):
         state.last_checkpoint = str(weights_dir / "last.pt")
-        writer.save(_checkpoint_dict(state, config, cfg_text), paths)
+        if env.is_main:
+            writer.save(_checkpoint_dict(state, config, cfg_text), paths)
 
     def on_iteration(st, values):
         nonlocal stopped
@@ -299,6 +326,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             stopped = True
         if limit_s and train_seconds + (time.perf_counter() - epoch_start) >= limit_s:
             stopped = True
+        if env.enabled and limit_s:  # clocks differ between ranks: rank 0 decides for all
+            stopped = bool(distributed.broadcast_object(stopped))
         return stopped
 
     say(
@@ -310,7 +339,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         while state.epoch < config.epochs and not stopped:
             if state.max_iterations and state.iteration >= state.max_iterations:
                 break
-            train_loader.set_epoch(state.epoch)
+            train_loader.set_epoch(state.epoch, state.epoch_start_sample)
             batches = (
                 train_loader
                 if state.epoch_batches == 0
@@ -328,7 +357,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                 checkpoint([weights_dir / "last.pt"])
                 break
             state.epoch += 1
-            state.epoch_batches = 0
+            state.epoch_batches = state.epoch_start_sample = 0
             row = {
                 "epoch": state.epoch,
                 "iteration": state.iteration,
@@ -354,6 +383,10 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                     nms_thres=config.nms_thres,
                     amp_dtype=amp_dtype,
                 )
+                if result is None:  # not rank 0: its shard went to rank 0, which reports and keeps best.pt
+                    logger.epoch_row(row)
+                    checkpoint([])
+                    continue
                 row.update(result.as_dict())
                 logger.scalars(result.as_dict(), state.iteration, prefix="val")
                 say(
@@ -379,6 +412,9 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         monitor.close()
         writer.close()
         logger.close()
+        distributed.cleanup()
+    if not env.is_main:
+        return run_dir
     final = state.ema.module if state.ema is not None else model
     save_darknet_weights(final, weights_dir / "last.weights", seen=state.seen)
     if (weights_dir / "best.pt").exists():
@@ -389,6 +425,19 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         f"TensorBoard: {run_dir / 'tensorboard'}"
     )
     return run_dir
+
+
+class _Silent:
+    """The logger of ranks other than 0: they train, rank 0 writes."""
+
+    def scalars(self, *args, **kwargs) -> None:
+        pass
+
+    def epoch_row(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def init_head_priors(model, layers) -> None:
@@ -532,7 +581,7 @@ def _device(name: str):
     return torch.device(name)
 
 
-def _loaders(config, spec, mini_batch: int):
+def _loaders(config, spec, mini_batch: int, env=None):
     from turboyolo.data.augment import AugmentParams
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
@@ -588,6 +637,8 @@ def _loaders(config, spec, mini_batch: int):
         multiscale=multiscale,
         cache=cache,
         augment_on=config.augment_on,
+        rank=env.rank if env else 0,
+        world_size=env.world_size if env else 1,
     )
     val_loader = build_loader(
         val_scan.samples,
@@ -598,6 +649,8 @@ def _loaders(config, spec, mini_batch: int):
         shuffle=False,
         seed=config.seed,
         cache=val_cache,
+        rank=env.rank if env else 0,  # evaluation is sharded too; rank 0 merges the shards
+        world_size=env.world_size if env else 1,
     )
     return train_loader, val_loader, list(names)
 
@@ -617,12 +670,19 @@ def _checkpoint_dict(state, config, cfg_text: str) -> dict:
         "iteration": state.iteration,
         "epoch": state.epoch,
         "epoch_batches": state.epoch_batches,
+        "epoch_start_sample": state.epoch_start_sample,
+        "world_size": state.world_size,
+        "mini_batch": _mini_batch_of(state),
         "seen": state.seen,
         "best_fitness": state.best_fitness,
         "rng": rng_state(),
         "config": config.as_dict(),
         "cfg_text": cfg_text,
     }
+
+
+def _mini_batch_of(state) -> int:
+    return state.images_per_iteration // max(state.subdivisions, 1)
 
 
 def _restore(state, saved: dict) -> None:
@@ -635,6 +695,13 @@ def _restore(state, saved: dict) -> None:
         state.scaler.load_state_dict(saved["scaler"])
     state.iteration, state.epoch = int(saved["iteration"]), int(saved["epoch"])
     state.epoch_batches, state.seen = int(saved["epoch_batches"]), int(saved["seen"])
+    state.epoch_start_sample = int(saved.get("epoch_start_sample", 0))
+    saved_world = int(saved.get("world_size", 1))
+    if saved_world != state.world_size and state.epoch_batches:
+        # Resume on another world size: continue at the same global sample and re-shard the rest.
+        consumed = state.epoch_batches * int(saved.get("mini_batch", 0)) * saved_world
+        state.epoch_start_sample += consumed
+        state.epoch_batches = 0
     state.best_fitness = float(saved.get("best_fitness", -1.0))
 
 
