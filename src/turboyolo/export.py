@@ -17,6 +17,8 @@ The file's metadata (``metadata_props``) records the mode, input size, strides, 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import warnings
 from dataclasses import dataclass
@@ -110,7 +112,7 @@ def export_onnx(model: Darknet, path: str | Path, options: ExportOptions) -> Pat
     example = torch.zeros(2 if options.dynamic_batch else 1, 3, height, width)
     names = output_names(model, options.mode)
     tmp = path.with_name(f".{path.name}.tmp")
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.ExitStack() as stack:
         if options.exporter == "torchscript":
             # The tracer warns about constants (anchors, grid sizes) that are constants by design.
             warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
@@ -128,6 +130,8 @@ def export_onnx(model: Darknet, path: str | Path, options: ExportOptions) -> Pat
                 dynamic_axes=axes if options.dynamic_batch else None,
             )
         else:
+            # the torch.export-based exporter prints its progress on stdout; keep the CLI's output ours
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
             shapes = ({0: torch.export.Dim("batch", min=1, max=4096)},) if options.dynamic_batch else None
             torch.onnx.export(
                 wrapper,
