@@ -55,6 +55,27 @@ def test_device_path_matches_cpu_path(samples, cache, augment):
             assert diff.mean() < (1.0 if augment is None else 1.5)
 
 
+def test_workers_reuse_their_shared_buffers_safely(samples, cache):
+    # prefetch 1: each worker cycles through 3 buffers; 4 epochs x 3 batches = 6 per worker, so reused.
+    # Each batch is converted only after the next one arrived, as the training loop holds it (with a
+    # ring of 1 this comparison fails).
+    kwargs = dict(cache=cache, augment=None, augment_on="device", **KW)
+    reference = [b[0] for b in _batches(build_loader(samples, workers=0, **kwargs), epochs=range(4))]
+    loader = build_loader(samples, workers=2, prefetch_factor=1, **kwargs)
+    assert loader.dataset.ring == 3
+    converted, held = [], None
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        for images, _, _ in loader:
+            if held is not None:
+                converted.append(move_to_device(held, "cpu"))
+            held = images
+    converted.append(move_to_device(held, "cpu"))
+    assert len(converted) == len(reference)
+    for expected, got in zip(reference, converted, strict=True):
+        assert torch.equal(expected, got)
+
+
 def test_canvas_batch_layout_and_device_copy(samples, cache):
     loader = build_loader(samples, workers=0, cache=cache, augment=AugmentParams(), augment_on="device",
                           img_size=64, batch_size=3, shuffle=False)

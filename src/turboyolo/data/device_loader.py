@@ -140,7 +140,12 @@ def _whole_batch(batch):
 
 
 class DeviceAugmentLoader(DetectionLoader):
-    """:class:`DetectionLoader` over a :class:`DeviceAugmentDataset` (same sampler, epochs, replacements)."""
+    """:class:`DetectionLoader` over a :class:`DeviceAugmentDataset` (same sampler, epochs, replacements).
+
+    With workers, a batch's ``canvases`` live in a shared buffer that its worker reuses
+    ``prefetch_factor + 2`` batches later: consume each batch (``move_to_device``, which the pinning
+    thread's copy precedes on CUDA) before keeping the next; keep ``canvases.clone()`` to hold one longer.
+    """
 
     def __init__(self, dataset: DeviceAugmentDataset, batch_sampler, workers: int, prefetch_factor: int = 4,
                  pin_memory: bool | None = None):
