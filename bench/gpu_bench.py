@@ -149,14 +149,13 @@ def ours(args, augment_on: str) -> dict:
                           channels_last=True, log_interval=10)
     monitor = GpuMonitor(device, interval_s=0.2)
     results, start, epoch = [], time.perf_counter(), 0
-    measuring_since = None
     while time.perf_counter() - start < args.seconds + args.warmup:
         loader.set_epoch(epoch)
         state.epoch_batches = 0
+        began = time.perf_counter() - start
         stats = train_one_epoch(state, monitor.wrap(loader), len(loader), options)
         gpu = monitor.read()
-        if time.perf_counter() - start > args.warmup or epoch > 0:
-            measuring_since = measuring_since or time.perf_counter()
+        if began >= args.warmup:  # whole epochs that started after the warm-up (workers, cuDNN, caches)
             results.append((stats, gpu))
         epoch += 1
     monitor.close()
