@@ -56,6 +56,8 @@ class StageTimings:
         cached, augment_on: the current ``--cache`` (True = ram/disk) and ``--augment-on`` settings.
         dataset_images: images in the training split (for the per-epoch checkpoint share).
         cache_bytes: what the prepared cache of the split would take.
+        device_augment_s: device seconds per image of the warp + colour of ``--augment-on device``
+            (measured only when the step is; 0 for an assumed step).
     """
 
     decode_s: float
@@ -78,6 +80,7 @@ class StageTimings:
     augment_on: str = "cpu"
     dataset_images: int = 0
     cache_bytes: int = 0
+    device_augment_s: float = 0.0  # device time of augment_batch per image (measured with the step)
 
     @property
     def mini_batch(self) -> int:
@@ -125,7 +128,8 @@ def diagnose(t: StageTimings) -> Verdict:
     aug = t.device_plan_s if t.augment_on == "device" else t.augment_s
     overhead = max(0.0, t.loader_cpu_s - source - aug)
     cost = source + aug + overhead
-    demand = t.mini_batch / max(t.step_s + t.copy_s * t.mini_batch, 1e-12)
+    device_aug = t.device_augment_s if t.augment_on == "device" else 0.0
+    demand = t.mini_batch / max(t.step_s + (t.copy_s + device_aug) * t.mini_batch, 1e-12)
     supply = _supply(t.workers, t.cores, cost)
     if t.workers in t.loader_images_per_s:
         # measured beats modelled, except that a shared machine can only under-report
@@ -182,9 +186,12 @@ def diagnose(t: StageTimings) -> Verdict:
                 f"per image, loader images/s x{cache_factor:.1f}", workers=min(usable, needed))
     if t.augment_on != "device":
         device_cost = t.cache_read_s + t.device_plan_s + overhead
+        device_demand = t.mini_batch / max(t.step_s + (t.copy_s + t.device_augment_s) * t.mini_batch, 1e-12)
         suggest("--cache ram --augment-on device", device_cost,
                 f"the CPU only copies canvases and draws numbers ({1000 * device_cost:.2f} ms per image); "
-                "warp and colour run batched on the device", workers=min(usable, needed))
+                "warp and colour run batched on the device"
+                + (f" (+{1000 * t.device_augment_s:.3f} ms of device time per image)" if t.device_augment_s
+                   else ""), workers=min(usable, needed), new_demand=device_demand)
     if t.subdivisions > 1:
         suggest(f"--subdivisions 1 (mini-batch {t.batch})", cost,
                 "whole iterations in one mini-batch: same update, fewer and larger steps "
@@ -227,6 +234,8 @@ def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor"
              f"| loader, all processes ({'cache' if t.cached else 'no cache'}, augment on {t.augment_on}) | "
              f"{1000 * t.loader_cpu_s:.2f} ms | overhead {1000 * v.cost_per_image_s['overhead']:.2f} ms |",
              f"| host -> device copy | {1000 * t.copy_s:.3f} ms | uint8 |",
+             f"| warp + colour on the device (--augment-on device) | {1000 * t.device_augment_s:.3f} ms | "
+             f"{'measured' if t.device_augment_s else 'not measured (assumed step)'} |",
              f"| training step | {1000 * t.step_s / mb:.2f} ms | {1000 * t.step_s:.1f} ms per mini-batch "
              f"of {mb} ({t.step_source}) |",
              f"| checkpoint save | {t.checkpoint_s:.2f} s blocking | {t.checkpoint_write_s:.2f} s to disk |",

@@ -140,6 +140,25 @@ def measure_copy(options: DoctorOptions) -> float:
     return statistics.median(times[1:]) / mini
 
 
+def measure_device_augment(options: DoctorOptions) -> float:
+    """Device seconds per image of ``augment_batch`` (warp + HSV) on a mini-batch of canvases."""
+    from turboyolo.data.device_augment import augment_batch
+
+    mini = max(1, options.batch // options.subdivisions)
+    size = options.img_size
+    canvases = torch.randint(0, 255, (mini, 3, size, size), dtype=torch.uint8, device=options.device)
+    theta = torch.tensor([[1.0, 0.1, 0.0], [-0.1, 1.0, 0.0]]).repeat(mini, 1, 1)
+    hsv = torch.tensor([0.05, 1.2, 0.8]).repeat(mini, 1)
+    times = []
+    for _ in range(options.repeats + 1):
+        _sync(options.device)
+        start = time.perf_counter()
+        augment_batch(canvases, theta, hsv, size)
+        _sync(options.device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]) / mini
+
+
 def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=print) -> StageTimings:
     """All stages on a subset of ``split`` of ``data`` (see :class:`turboyolo.doctor.StageTimings`)."""
     import cv2
@@ -202,6 +221,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     from turboyolo.model.darknet import Darknet
     from turboyolo.optim import build_optimizer
 
+    device_augment_s = 0.0
     if options.assume_step_ms is not None:
         step_s, source = options.assume_step_ms / 1000, f"assumed {options.assume_step_ms:g} ms"
     elif options.assume_gpu is not None:
@@ -212,6 +232,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     else:
         step_s, model, optimizer = measure_step(spec, options)
         source = f"measured on {options.device}"
+        device_augment_s = measure_device_augment(options)
     if options.assume_step_ms is not None or options.assume_gpu is not None:
         model = Darknet(spec)
         optimizer = build_optimizer(model, spec.net)
@@ -233,4 +254,5 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
         step_source=source, checkpoint_s=checkpoint_s, checkpoint_write_s=checkpoint_write_s,
         batch=options.batch, subdivisions=options.subdivisions, img_size=size, cores=cores,
         workers=options.workers, cached=options.cache != "none", augment_on=options.augment_on,
-        dataset_images=len(scan.samples), cache_bytes=estimate_bytes(scan.samples, size))
+        dataset_images=len(scan.samples), cache_bytes=estimate_bytes(scan.samples, size),
+        device_augment_s=device_augment_s)

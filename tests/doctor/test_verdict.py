@@ -107,3 +107,13 @@ def test_markdown_has_the_verdict_and_every_suggestion():
     for s in v.suggestions:
         assert f"`{s.setting}`" in text
     assert "read + decode" in text and "checkpoint save" in text
+
+
+def test_device_augmentation_time_counts_against_the_step():
+    free = by_setting(diagnose(timings(step_s=0.016)), "--cache ram --augment-on device")
+    costly = by_setting(diagnose(timings(step_s=0.016, device_augment_s=0.0005)),
+                        "--cache ram --augment-on device")
+    # 16 images: 16 ms step + 0.3 ms copy; + 8 ms of device augmentation
+    assert free.expected_images_per_s == pytest.approx(16 / (0.016 + 16 * 0.00002))
+    assert costly.expected_images_per_s == pytest.approx(16 / (0.016 + 16 * 0.00052))
+    assert "device time" in costly.why
