@@ -157,3 +157,43 @@ def test_bad_flags_name_the_flag():
         TrainConfig(cfg="a.cfg", data="d.data", img_size=100)
     with pytest.raises(FlagError, match="--data"):
         TrainConfig(cfg="a.cfg")
+
+
+@pytest.mark.slow
+def test_train_and_test_commands_end_to_end(tmp_path, capsys):
+    from turboyolo.cli import main
+
+    data = make_dataset(tmp_path / "data", 4, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.001, extra="optimizer=adam")
+    code = main(
+        [
+            "train",
+            "--model",
+            str(cfg),
+            "--data",
+            str(data),
+            "--epochs",
+            "2",
+            "--n_cpu",
+            "0",
+            "--logdir",
+            str(tmp_path / "runs"),
+            "--name",
+            "cli",
+            "--checkpoint_interval",
+            "1",
+        ]
+    )
+    assert code == 0
+    weights = tmp_path / "runs" / "cli" / "weights"
+    assert {"last.pt", "best.pt", "epoch1.pt", "epoch2.pt", "last.weights", "best.weights"} <= {
+        p.name for p in weights.iterdir()
+    }
+    capsys.readouterr()
+    assert main(["test", "--weights", str(weights / "best.pt"), "--data", str(data), "--n_cpu", "0"]) == 0
+    assert "mAP@0.5" in capsys.readouterr().out
+    # the exported Darknet weights load into the cfg and evaluate the same way
+    assert (
+        main(["test", "-m", str(cfg), "-w", str(weights / "best.weights"), "-d", str(data), "--n_cpu", "0"])
+        == 0
+    )
