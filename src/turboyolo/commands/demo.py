@@ -11,6 +11,8 @@ import argparse
 import time
 from pathlib import Path
 
+from turboyolo.rundir import next_run_dir
+
 DARKNET_PHOTOS = Path("/usr/share/darknet/data")
 
 
@@ -31,7 +33,6 @@ def _photos(trees_dir: Path | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from turboyolo import assets
     from turboyolo.detection import DetectOptions, run_detection
-    from turboyolo.rundir import next_run_dir
 
     started = time.time()
     project = Path(args.project)
@@ -69,5 +70,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     run_dir = demo_finetune(trees_dir, weights, project, minutes=args.minutes)
     print(f"[demo] fine-tuned run: {run_dir} (results.csv, results.png, TensorBoard logs)")
+    _evaluate_and_detect(run_dir, trees_dir, project)
     print(f"[demo] done in {(time.time() - started) / 60:.1f} min")
     return 0
+
+
+def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
+    """The fine-tuned model on the held-out tiles: mAP, then drawn detections and YOLO labels."""
+    from turboyolo.cli import main as cli
+
+    weights_dir = run_dir / "weights"
+    checkpoint = weights_dir / "best.pt" if (weights_dir / "best.pt").exists() else weights_dir / "last.pt"
+    print(f"[demo] evaluating {checkpoint} on the trees val split")
+    cli(["test", "--weights", str(checkpoint), "--data", str(trees_dir / "trees.data"), "--n-cpu", "1"])
+    out = next_run_dir(project, "detect-trees")
+    cli(["detect", str(trees_dir / "images" / "val"), "--weights", str(checkpoint), "--conf-thres", "0.25",
+         "--single-label", "--save-txt", "--save-conf", "--names", str(trees_dir / "trees.names"),
+         "--project", str(project), "--name", out.name, "--exist-ok"])
+    print(f"[demo] tree detections on held-out tiles: {out} (labels in {out / 'labels'})")
