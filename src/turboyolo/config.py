@@ -54,6 +54,8 @@ class TrainConfig:
     ema_ramp: float = 2000.0  # iterations over which the EMA decay ramps up (short runs: ~20)
     bn_momentum: float | None = None  # None: Darknet's 0.01; short runs want 0.03-0.1
     box_loss: str = "darknet"
+    anchor_ratio: float = 0.0  # > 0: every anchor within this w/h factor of a box trains on it (YOLOv5: 4)
+    obj_iou: bool = False  # objectness target = IoU of the assigned prediction (YOLOv5) instead of 1
     assign_iou_thresh: float = 1.0  # AlexeyAB's iou_thresh: extra anchors per box above this shape IoU
     seed: int = 0  # -1: PyTorch-YOLOv3's "no seed" (we still seed, with 0)
     project: str = "runs/train"  # --logdir

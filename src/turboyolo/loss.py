@@ -59,6 +59,10 @@ class YoloLoss:
         gains: multipliers of the box, obj and cls terms.
         iou_thresh: also assign a box to every other anchor whose shape IoU with it exceeds this (the
             ``iou_thresh`` of AlexeyAB's Darknet, e.g. 0.213); 1.0 = best anchor only (pjreddie).
+        anchor_ratio: when > 0, assign a box to every anchor (any head) whose width and height are both
+            within this factor of the box's (PyTorch-YOLOv3 / YOLOv5 use 4) instead of the best anchor.
+        obj_iou: objectness target of assigned cells = IoU of the predicted box with its ground truth
+            (detached) instead of 1.
     """
 
     def __init__(
@@ -67,6 +71,8 @@ class YoloLoss:
         box_loss: str = "darknet",
         gains: tuple[float, float, float] = (1.0, 1.0, 1.0),
         iou_thresh: float = 1.0,
+        anchor_ratio: float = 0.0,
+        obj_iou: bool = False,
     ):
         if box_loss not in ("darknet", "giou"):
             raise ValueError(f"box_loss must be 'darknet' or 'giou', got {box_loss!r}")
@@ -74,6 +80,8 @@ class YoloLoss:
         self.box_loss = box_loss
         self.gains = gains
         self.iou_thresh = iou_thresh
+        self.anchor_ratio = anchor_ratio
+        self.obj_iou = obj_iou
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def __call__(
@@ -102,9 +110,7 @@ class YoloLoss:
         gt_image = targets[:, 0].long()
         gt_class = targets[:, 1].long()
         shape_iou = wh_iou(gt_px[:, 2:], self.all_anchors.to(host))  # [N, all anchors]
-        best_anchor = (
-            shape_iou.argmax(1) if len(targets) else torch.zeros(0, dtype=torch.long, device=host)
-        )
+        best_anchor = shape_iou.argmax(1) if len(targets) else torch.zeros(0, dtype=torch.long, device=host)
         gt_padded, gt_valid = _pad_per_image(gt_px, gt_image, batch_size)
         gt_padded = gt_padded.to(device, non_blocking=True)
         gt_valid = gt_valid.to(device, non_blocking=True)
@@ -120,6 +126,9 @@ class YoloLoss:
             # Which anchors/cells are assigned to a ground truth.
             mask_ids = torch.tensor(head.mask, device=host)
             hit = best_anchor[:, None] == mask_ids[None]  # [N, A]
+            if self.anchor_ratio > 0:
+                ratio = gt_px[:, None, 2:] / self.all_anchors.to(host)[mask_ids][None]  # [N, A, 2]
+                hit = torch.max(ratio, 1.0 / ratio).amax(-1) < self.anchor_ratio
             if self.iou_thresh < 1.0:
                 hit |= shape_iou[:, mask_ids] > self.iou_thresh
             sel, local_anchor = hit.nonzero(as_tuple=True)
@@ -142,31 +151,30 @@ class YoloLoss:
 
             obj_target = torch.zeros(p.shape[:4], device=device)
             obj_weight = (~ignore).float()
-            obj_target[b, local_anchor, gj, gi] = 1.0
             obj_weight[b, local_anchor, gj, gi] = 1.0
-            obj = (
-                obj
-                + (
-                    F.binary_cross_entropy_with_logits(p[..., 4], obj_target, reduction="none") * obj_weight
-                ).sum()
-            )
-            if not len(sel):
-                continue
-
-            ps = p[b, local_anchor, gj, gi]  # [n, 5 + C]
-            weight = 2.0 - (g[:, 2] * g[:, 3]) / (width * height)
-            anchor_wh = anchors[local_anchor]
-            if self.box_loss == "darknet":
-                txy = g[:, :2] / torch.tensor([stride_x, stride_y], device=device) - torch.stack([gi, gj], 1)
-                twh = torch.log(g[:, 2:] / anchor_wh)
-                err = (torch.sigmoid(ps[:, :2]) - txy).pow(2).sum(1) + (ps[:, 2:4] - twh).pow(2).sum(1)
-                box = box + (0.5 * weight * err).sum()
-            else:
+            if len(sel):
+                ps = p[b, local_anchor, gj, gi]  # [n, 5 + C]
+                weight = 2.0 - (g[:, 2] * g[:, 3]) / (width * height)
+                anchor_wh = anchors[local_anchor]
                 pred = _decode(
                     ps[:, :4], anchor_wh, stride_x, stride_y, grid=torch.stack([gi, gj], 1).float()
                 )
                 giou = torch.diagonal(generalized_box_iou(_cxcywh_to_xyxy(pred), _cxcywh_to_xyxy(g)))
-                box = box + (weight * (1.0 - giou)).sum()
+                if self.box_loss == "darknet":
+                    txy = g[:, :2] / torch.tensor([stride_x, stride_y], device=device) - torch.stack(
+                        [gi, gj], 1
+                    )
+                    twh = torch.log(g[:, 2:] / anchor_wh)
+                    err = (torch.sigmoid(ps[:, :2]) - txy).pow(2).sum(1) + (ps[:, 2:4] - twh).pow(2).sum(1)
+                    box = box + (0.5 * weight * err).sum()
+                else:
+                    box = box + (weight * (1.0 - giou)).sum()
+                target = giou.detach().clamp(min=0.0) if self.obj_iou else 1.0
+                obj_target[b, local_anchor, gj, gi] = target
+            bce = F.binary_cross_entropy_with_logits(p[..., 4], obj_target, reduction="none")
+            obj = obj + (bce * obj_weight).sum()
+            if not len(sel):
+                continue
             one_hot = F.one_hot(c, head.num_classes).float()
             cls = cls + F.binary_cross_entropy_with_logits(ps[:, 5:], one_hot, reduction="sum")
 

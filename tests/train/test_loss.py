@@ -115,3 +115,24 @@ def test_non_finite_loss_names_iteration_and_checkpoint(tmp_path):
     bad = torch.tensor([[0, 0, 0.5, 0.5, float("nan"), 0.2]])
     with pytest.raises(NonFiniteLoss, match=r"iteration 1 .*runs/x/weights/last.pt"):
         train_one_epoch(state, [(images, bad, None)], 1, StepOptions(log_interval=1))
+
+
+def test_ratio_assignment_and_iou_objectness(tmp_path):
+    model = _model(tmp_path, 1)
+    targets = torch.tensor([[0, 0, 0.5, 0.5, 20 / 64, 20 / 64]])  # a 20x20 box; anchors 6, 10, ..., 30
+
+    def trained(**kw):
+        outputs = [torch.zeros_like(o, requires_grad=True) for o in model(torch.rand(1, 3, 64, 64))]
+        YoloLoss(model.heads, **kw)(outputs, targets, (64, 64))[0].backward()
+        return outputs, sum(int(o.grad[..., 5].count_nonzero()) for o in outputs)
+
+    assert trained(anchor_ratio=4.0)[1] == 6  # every anchor is within 4x (20 / 6 = 3.3)
+    assert trained(anchor_ratio=2.0)[1] == 4  # 14, 18, 24, 30 (10 and 6 are 2x or more smaller)
+    assert trained()[1] == 1  # Darknet: the best anchor only (18x18)
+    # IoU-valued objectness: the assigned cell is pulled towards its IoU (< 1), so less hard than 1
+    hard, _ = trained()
+    soft, _ = trained(obj_iou=True)
+    assert (
+        soft[0].grad[..., 4].sum() + soft[1].grad[..., 4].sum()
+        > hard[0].grad[..., 4].sum() + hard[1].grad[..., 4].sum()
+    )

@@ -100,6 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assign-iou-thres", dest="assign_iou_thresh", type=float, default=1.0,
                         help="also train every anchor whose shape IoU with a box exceeds this "
                         "(AlexeyAB's iou_thresh, e.g. 0.213; 1 = best anchor only)")
+    parser.add_argument("--anchor-ratio", type=float, default=0.0,
+                        help="train every anchor within this w/h factor of a box (YOLOv5: 4; 0 = off)")
+    parser.add_argument("--obj-iou", action="store_true",
+                        help="objectness target = IoU of the assigned prediction instead of 1")
     parser.add_argument("--clip-norm", type=float, default=10.0, help="gradient-norm clip (0: off)")
     parser.add_argument(
         "--time-limit",
@@ -142,7 +146,8 @@ def config_from_args(args: argparse.Namespace):
         conf_thres=args.conf_thres,
         nms_thres=args.nms_thres,
         box_loss=args.box_loss, freeze=args.freeze,
-        assign_iou_thresh=args.assign_iou_thresh, ema_decay=args.ema_decay, ema_ramp=args.ema_ramp,
+        assign_iou_thresh=args.assign_iou_thresh, anchor_ratio=args.anchor_ratio, obj_iou=args.obj_iou,
+        ema_decay=args.ema_decay, ema_ramp=args.ema_ramp,
         clip_norm=args.clip_norm,
         seed=max(args.seed, 0),
         project=args.project,
@@ -262,7 +267,13 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         model=model,
         optimizer=optimizer,
         schedule=schedule,
-        loss_fn=YoloLoss(model.heads, box_loss=config.box_loss, iou_thresh=config.assign_iou_thresh),
+        loss_fn=YoloLoss(
+            model.heads,
+            box_loss=config.box_loss,
+            iou_thresh=config.assign_iou_thresh,
+            anchor_ratio=config.anchor_ratio,
+            obj_iou=config.obj_iou,
+        ),
         images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
         subdivisions=net.subdivisions // env.world_size,
         world_size=env.world_size,
@@ -721,7 +732,7 @@ DEMO_FREEZE = 8  # conv 16-32-64-128 and their pools: generic edges/textures, ha
 
 
 def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: float = 8.0, *,
-                  seed: int = 0, quiet: bool = False) -> Path:
+                  seed: int = 0, quiet: bool = False, **overrides) -> Path:
     """Fine-tune COCO yolov3-tiny on the trees sample within ``minutes`` of training; returns the run dir.
 
     Writes ``demo-yolov3-tiny-trees.cfg`` (one class, anchors for 16-70 px crowns, Adam with a 15-iteration
@@ -766,6 +777,8 @@ def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: flo
             evaluation_interval=3, checkpoint_interval=0, freeze=DEMO_FREEZE, ema_decay=0.98, ema_ramp=20.0,
             bn_momentum=0.03, seed=seed, time_limit_min=(left - 2.0) / 60.0, eval_batch=10, max_batches=0,
             assign_iou_thresh=DEMO_ASSIGN_IOU, box_loss="giou")
+        for key, value in overrides.items():  # experiments: any TrainConfig field
+            setattr(config, key, value)
         return fit(config, quiet=quiet)
     finally:
         torch.set_num_threads(threads)
