@@ -183,17 +183,24 @@ def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.nda
     return out.astype(np.float32)
 
 
-def hsv_table(rng: np.random.Generator, hue: float, saturation: float, exposure: float) -> np.ndarray:
-    """A [256, 1, 3] uint8 lookup table for OpenCV HSV (H in 0..179): Darknet's colour jitter.
+def draw_hsv(rng: np.random.Generator, hue: float, saturation: float,
+             exposure: float) -> tuple[float, float, float]:
+    """Darknet's colour jitter: (hue shift as a fraction of the circle, saturation factor, value factor).
 
-    Draws exactly five numbers from ``rng`` (hue, saturation, its inversion, exposure, its inversion).
+    Draws exactly five numbers from ``rng`` (hue, saturation, its inversion, exposure, its inversion);
+    the CPU and the device augmentation both draw through here, so they agree sample for sample.
     """
     dh = rng.uniform(-hue, hue)
     ds = rng.uniform(1, saturation)
     ds = ds if rng.random() < 0.5 else 1 / ds
     dv = rng.uniform(1, exposure)
     dv = dv if rng.random() < 0.5 else 1 / dv
-    return hsv_table_from(dh, ds, dv)
+    return dh, ds, dv
+
+
+def hsv_table(rng: np.random.Generator, hue: float, saturation: float, exposure: float) -> np.ndarray:
+    """A [256, 1, 3] uint8 lookup table for OpenCV HSV (H in 0..179) from :func:`draw_hsv`."""
+    return hsv_table_from(*draw_hsv(rng, hue, saturation, exposure))
 
 
 def hsv_table_from(dh: float, ds: float, dv: float) -> np.ndarray:

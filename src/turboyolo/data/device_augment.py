@@ -15,17 +15,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from turboyolo.data.augment import FILL_VALUE, AugmentParams, letterbox_matrix, random_matrix, transform_boxes
+from turboyolo.data.augment import (
+    FILL_VALUE,
+    AugmentParams,
+    draw_hsv,
+    letterbox_matrix,
+    random_matrix,
+    transform_boxes,
+)
 
 
 def _draw_hsv(rng: np.random.Generator, params: AugmentParams) -> np.ndarray:
-    """(hue shift, saturation factor, value factor), drawn in the CPU path's order."""
-    dh = rng.uniform(-params.hue, params.hue)
-    ds = rng.uniform(1, params.saturation)
-    ds = ds if rng.random() < 0.5 else 1 / ds
-    dv = rng.uniform(1, params.exposure)
-    dv = dv if rng.random() < 0.5 else 1 / dv
-    return np.array([dh, ds, dv], np.float32)
+    return np.array(draw_hsv(rng, params.hue, params.saturation, params.exposure), np.float32)
 
 
 def plan_sample(
