@@ -728,7 +728,9 @@ DEMO_ANCHORS = ((16, 17), (25, 29), (37, 35), (44, 49), (59, 59), (85, 86))
 DEMO_LR = 0.001  # Adam: the loss scale does not matter to it, and the calibration runs used this rate
 DEMO_BURN_IN = 15
 DEMO_ASSIGN_IOU = 0.213  # AlexeyAB's iou_thresh: ~4 anchors train on a typical crown instead of 1
-DEMO_FREEZE = 8  # conv 16-32-64-128 and their pools: generic edges/textures, half the backward time
+# Nothing frozen: freezing layers 0-7 halves the backward time but learnt less per iteration on trees
+# (0.185 vs 0.209 mAP@0.5 after 90 iterations), and on the shared CPU the images/s hardly differed.
+DEMO_FREEZE = 0
 
 
 def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: float = 8.0, *,
@@ -737,8 +739,9 @@ def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: flo
 
     Writes ``demo-yolov3-tiny-trees.cfg`` (one class, anchors for 16-70 px crowns, Adam with a 15-iteration
     burn-in and a cosine decay over the iterations that fit the budget), loads every COCO layer but the
-    two heads (Darknet's ``seen`` is not carried over), keeps the first 8 layers as loaded, trains with
-    EMA and evaluates every 3 epochs (evaluation time is not counted in the budget).
+    two heads (Darknet's ``seen`` is not carried over), trains every layer with GIoU box loss, extra
+    anchors above shape IoU 0.213 and EMA, and evaluates every 3 epochs (evaluation time is not counted
+    in the budget).
     """
     import time
 
