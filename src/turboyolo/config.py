@@ -42,6 +42,8 @@ class TrainConfig:
     channels_last: bool = False
     multiscale: bool = False  # --multiscale_training
     augment: bool = True  # False: letterbox only (overfitting tests, debugging)
+    aug_scale_min: float = 0.75  # random zoom range of the training augmentation
+    aug_scale_max: float = 1.25
     checkpoint_interval: int = 1
     evaluation_interval: int = 1
     iou_thres: float = 0.5
@@ -84,6 +86,7 @@ class TrainConfig:
             (0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)"),
             (0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]"),
             (self.freeze >= 0, "--freeze must be >= 0 (a layer count)"),
+            (0 < self.aug_scale_min <= self.aug_scale_max, "--aug-scale needs 0 < MIN <= MAX"),
             (0 < self.ema_decay < 1, "--ema-decay must be in (0, 1)"),
             (self.box_loss in ("darknet", "giou"), "--box-loss must be darknet or giou"),
         ]

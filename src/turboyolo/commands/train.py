@@ -100,6 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assign-iou-thres", dest="assign_iou_thresh", type=float, default=1.0,
                         help="also train every anchor whose shape IoU with a box exceeds this "
                         "(AlexeyAB's iou_thresh, e.g. 0.213; 1 = best anchor only)")
+    parser.add_argument("--aug-scale", nargs=2, type=float, default=(0.75, 1.25), metavar=("MIN", "MAX"),
+                        help="random zoom range of the training augmentation")
     parser.add_argument("--anchor-ratio", type=float, default=0.0,
                         help="train every anchor within this w/h factor of a box (YOLOv5: 4; 0 = off)")
     parser.add_argument("--obj-iou", action="store_true",
@@ -147,6 +149,7 @@ def config_from_args(args: argparse.Namespace):
         nms_thres=args.nms_thres,
         box_loss=args.box_loss, freeze=args.freeze,
         assign_iou_thresh=args.assign_iou_thresh, anchor_ratio=args.anchor_ratio, obj_iou=args.obj_iou,
+        aug_scale_min=args.aug_scale[0], aug_scale_max=args.aug_scale[1],
         ema_decay=args.ema_decay, ema_ramp=args.ema_ramp,
         clip_norm=args.clip_norm,
         seed=max(args.seed, 0),
@@ -385,7 +388,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             )
             if config.evaluation_interval and (state.epoch % config.evaluation_interval == 0 or done):
                 eval_model = state.ema.module if state.ema is not None else model
-                result, _ = evaluate(
+                result, shown = evaluate(
                     eval_model,
                     val_loader,
                     device=device,
@@ -393,6 +396,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                     conf_thres=config.conf_thres,
                     nms_thres=config.nms_thres,
                     amp_dtype=amp_dtype,
+                    keep_predictions=4 if env.is_main else 0,
                 )
                 if result is None:  # not rank 0: its shard went to rank 0, which reports and keeps best.pt
                     logger.epoch_row(row)
@@ -400,6 +404,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                     continue
                 row.update(result.as_dict())
                 logger.scalars(result.as_dict(), state.iteration, prefix="val")
+                logger.images("val/predictions", draw_predictions(shown, config.conf_thres), state.iteration)
                 say(
                     f"epoch {state.epoch}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  "
                     f"P {result.precision:.3f} R {result.recall:.3f} (conf {config.conf_thres})  "
@@ -438,6 +443,25 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     return run_dir
 
 
+def draw_predictions(shown, conf_thres: float) -> list:
+    """HWC uint8 drawings of (image path, detections [n, 6] in original pixels) at ``conf_thres``."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    drawings = []
+    for path, dets in shown:
+        try:
+            image = Image.open(path).convert("RGB")
+        except OSError:
+            continue
+        draw = ImageDraw.Draw(image)
+        for x1, y1, x2, y2, score, _ in np.asarray(dets).reshape(-1, 6):
+            if score >= conf_thres:
+                draw.rectangle([float(x1), float(y1), float(x2), float(y2)], outline=(255, 40, 40), width=2)
+        drawings.append(np.asarray(image))
+    return drawings
+
+
 class _Silent:
     """The logger of ranks other than 0: they train, rank 0 writes."""
 
@@ -445,6 +469,9 @@ class _Silent:
         pass
 
     def epoch_row(self, *args, **kwargs) -> None:
+        pass
+
+    def images(self, *args, **kwargs) -> None:
         pass
 
     def close(self) -> None:
@@ -612,6 +639,7 @@ def _loaders(config, spec, mini_batch: int, env=None):
         hue=net.hue,
         jitter=min(jitter, 0.3),
         flip=extra.get("flip", "1") != "0",
+        scale=(config.aug_scale_min, config.aug_scale_max),
     )
     multiscale = (
         (int(img_size * 0.67) // 32 * 32, int(img_size * 1.5) // 32 * 32) if config.multiscale else None
