@@ -41,6 +41,10 @@ def test_label_writes_only_missing_labels_and_a_review(boxes_dataset, tiny_cfg, 
     assert all(p.read_text() == text for p, text in human.items())  # human labels untouched
     assert all(p.is_file() for p in labels)
     assert count_model_made(labels) == (3, 3)
+    from turboyolo.data.scan import scan_dataset
+
+    scan = scan_dataset(boxes_dataset / "images", "train", use_cache=False)
+    assert scan.model_made == 3 and "3 label files model-made" in scan.summary()
     with open(tmp_path / "runs" / "exp" / "review.csv") as handle:
         rows = list(csv.DictReader(handle))
     written = [r for r in rows if r["status"] == "written"]

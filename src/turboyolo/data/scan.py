@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from turboyolo.data.autolabels import count_model_made
 from turboyolo.data.decode import probe_image
 from turboyolo.errors import DataError
 from turboyolo.formats.datasets import label_path_disagreement, label_path_for, list_images, load_data_config
@@ -63,6 +64,7 @@ class ScanResult:
     found: int = 0
     background: int = 0
     cached: int = 0
+    model_made: int = 0  # label files written by `turboyolo label` and not edited since
     split: str = ""
     source: str = ""
 
@@ -79,6 +81,8 @@ class ScanResult:
         line = (f"scan {self.split}: {self.found} images found, {self.labelled} labelled "
                 f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded, "
                 f"{len(self.fixed)} fixed")
+        if self.model_made:
+            line += f", {self.model_made} label files model-made (not yet reviewed)"
         if self.warnings:
             line += f", {len(self.warnings)} warnings"
         if self.cached:
@@ -212,6 +216,7 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
         if len(entry.labels) == 0:
             result.background += 1
         result.samples.append(Sample(image, entry.labels, entry.hw))
+    result.model_made = count_model_made(label_path_for(s.image) for s in result.samples)[0]
     return result
 
 
