@@ -145,3 +145,10 @@ def test_duplicate_key_first_wins_like_darknet():
     with pytest.warns(UserWarning, match="given again"):
         spec = parse_cfg_text("[net]\nbatch=1\nbatch=64\n" + HEAD)
     assert spec.net.batch == 1
+
+
+def test_spec_without_steps_round_trips():
+    spec = make_spec("yolov3-tiny", num_classes=1)
+    spec = spec.with_net(policy="cosine", steps=(), scales=())
+    text = format_cfg(spec)
+    assert "steps=" not in text and parse_cfg_text(text) == spec

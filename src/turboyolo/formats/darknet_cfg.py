@@ -449,7 +449,10 @@ def _net_lines(net: NetSpec) -> list[str]:
     for f in fields(NetSpec):
         if f.name in ("extra", "line", "optimizer", "b1", "b2", "eps"):
             continue
-        lines.append(f"{f.name}={_fmt(getattr(net, f.name))}")
+        value = getattr(net, f.name)
+        if value == ():  # no steps/scales: Darknet reads a missing key as none, `steps=` is malformed
+            continue
+        lines.append(f"{f.name}={_fmt(value)}")
     if net.optimizer == "adam":
         lines += ["adam=1", f"B1={_fmt(net.b1)}", f"B2={_fmt(net.b2)}", f"eps={_fmt(net.eps)}"]
     return lines
