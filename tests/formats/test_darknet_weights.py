@@ -74,3 +74,9 @@ def test_backbone_cut_by_name(tmp_path):
 def test_official_tiny_weights_load_exactly(tiny_weights):
     model = build_model(make_spec("yolov3-tiny", 80), tiny_weights)
     assert model.flat_weights().size == (tiny_weights.stat().st_size - 20) // 4 == 8_858_734
+
+
+def test_checkpoint_for_another_class_count_is_explained(tmp_path):
+    torch.save({"model": Darknet(make_spec("yolov3-tiny", 3)).state_dict()}, tmp_path / "three.pt")
+    with pytest.raises(WeightsError, match=r"three\.pt: tensor shapes do not match the cfg.*size mismatch"):
+        build_model(make_spec("yolov3-tiny", 1), tmp_path / "three.pt")

@@ -22,30 +22,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default="runs/demo", help="parent folder of the demo's run directories")
 
 
-def _photos(trees_dir: Path | None) -> list[str]:
+def _photos(trees_dir: Path) -> list[str]:
+    """Darknet's sample photos when the Debian package is installed, else the trees val tiles."""
     if DARKNET_PHOTOS.is_dir() and any(DARKNET_PHOTOS.glob("*.jpg")):
         return [str(DARKNET_PHOTOS / "*.jpg")]
-    if trees_dir is not None:
-        return [str(trees_dir / "images" / "val")]
-    raise SystemExit("no sample photos found")
+    return [str(trees_dir / "images" / "val")]
 
 
 def run(args: argparse.Namespace) -> int:
     from turboyolo import assets
+    from turboyolo.data.trees import build_trees
     from turboyolo.detection import DetectOptions, run_detection
 
     started = time.time()
     project = Path(args.project)
     weights = assets.fetch("yolov3-tiny")
     print(f"[demo] pretrained weights: {weights}")
-    trees_dir = None
-    try:
-        from turboyolo.data.trees import build_trees
-
-        trees_dir = build_trees(assets.cache_dir() / "datasets" / "trees")
-        print(f"[demo] trees data set: {trees_dir}")
-    except ImportError:
-        pass
+    trees_dir = build_trees(assets.cache_dir() / "datasets" / "trees")
+    print(f"[demo] trees data set: {trees_dir}")
     out = next_run_dir(project, "detect-coco")
     run_detection(
         DetectOptions(
@@ -61,13 +55,10 @@ def run(args: argparse.Namespace) -> int:
         f"[demo] COCO detections drawn in {out}, YOLO labels in {out / 'labels'}, "
         f"COCO json {out / 'predictions.json'}"
     )
-    if args.skip_train or trees_dir is None:
+    if args.skip_train:
         return 0
-    try:
-        from turboyolo.commands.train import demo_finetune
-    except ImportError:
-        print("[demo] training is not available in this build")
-        return 0
+    from turboyolo.commands.train import demo_finetune
+
     run_dir = demo_finetune(trees_dir, weights, project, minutes=args.minutes)
     print(f"[demo] fine-tuned run: {run_dir} (results.csv, results.png, TensorBoard logs)")
     _evaluate_and_detect(run_dir, trees_dir, project)

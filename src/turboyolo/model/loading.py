@@ -110,7 +110,13 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
         )
     if is_checkpoint(weights):
         state = checkpoint_model_state(read_checkpoint(weights))
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # same names, other shapes: another class count or architecture
+            lines = [line.strip() for line in str(err).splitlines() if "size mismatch" in line]
+            first = lines[0] if lines else str(err)
+            raise WeightsError(f"{weights}: tensor shapes do not match the cfg; check classes/filters "
+                               f"({first})") from None
         if missing or unexpected:
             raise WeightsError(
                 f"{weights}: does not match the cfg ({len(missing)} missing, {len(unexpected)} "
