@@ -58,6 +58,9 @@ class TrainConfig:
     box_loss: str = "darknet"
     anchor_ratio: float = 0.0  # > 0: every anchor within this w/h factor of a box trains on it (YOLOv5: 4)
     obj_iou: bool = False  # objectness target = IoU of the assigned prediction (YOLOv5) instead of 1
+    box_gain: float = 1.0  # multipliers of the loss terms (per-image sums)
+    obj_gain: float = 1.0
+    cls_gain: float = 1.0
     assign_iou_thresh: float = 1.0  # AlexeyAB's iou_thresh: extra anchors per box above this shape IoU
     seed: int = 0  # -1: PyTorch-YOLOv3's "no seed" (we still seed, with 0)
     project: str = "runs/train"  # --logdir

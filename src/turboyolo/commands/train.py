@@ -276,6 +276,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             iou_thresh=config.assign_iou_thresh,
             anchor_ratio=config.anchor_ratio,
             obj_iou=config.obj_iou,
+            gains=(config.box_gain, config.obj_gain, config.cls_gain),
         ),
         images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
         subdivisions=net.subdivisions // env.world_size,
