@@ -189,39 +189,11 @@ def test_unreadable_image_is_listed_and_run_continues(tmp_path, tiny_model_files
 def test_single_label_and_class_filter(tmp_path, tiny_model_files):
     cfg, weights, names = tiny_model_files
     img = _write_photo(tmp_path / "p.jpg")
-    multi = _detect(
-        tmp_path / "m", img, "--cfg", cfg, "--weights", weights, "--names", names, "--conf-thres", 0.3
-    )
-    single = _detect(
-        tmp_path / "s",
-        img,
-        "--cfg",
-        cfg,
-        "--weights",
-        weights,
-        "--names",
-        names,
-        "--conf-thres",
-        0.3,
-        "--single-label",
-    )
-    only = _detect(
-        tmp_path / "o",
-        img,
-        "--cfg",
-        cfg,
-        "--weights",
-        weights,
-        "--names",
-        names,
-        "--conf-thres",
-        0.3,
-        "--class-filter",
-        "banana",
-    )
+    common = (img, "--cfg", cfg, "--weights", weights, "--names", names, "--conf-thres", 0.3)
+    variants = {"multi": (), "single": ("--single-label",), "only": ("--class-filter", "banana")}
     count = {
-        k: json.loads((r / "predictions.json").read_text())
-        for k, r in (("multi", multi), ("single", single), ("only", only))
+        key: json.loads((_detect(tmp_path / key, *common, *extra) / "predictions.json").read_text())
+        for key, extra in variants.items()
     }
     assert len(count["single"]) < len(count["multi"])
     assert count["only"] and all(p["category_id"] == 1 for p in count["only"])
