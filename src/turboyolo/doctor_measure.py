@@ -166,7 +166,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     from turboyolo.data.augment import AugmentParams, augment_sample, sample_rng
     from turboyolo.data.cache import estimate_bytes, prepare_cache
     from turboyolo.data.decode import decode_image
-    from turboyolo.data.device_augment import place_on_canvas, plan_sample_full
+    from turboyolo.data.device_augment import place_on_canvas, plan_sample
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
     from turboyolo.data.throughput import measure_loader
@@ -193,7 +193,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     canvas = np.empty((size, size, 3), np.uint8)
 
     def device_plan(d):
-        plan_sample_full(d[1].shape[:2], d[2], d[0].labels, size, size, params, sample_rng(0, 0, 0))
+        plan_sample(d[1].shape[:2], d[2], d[0].labels, size, size, params, sample_rng(0, 0, 0))
         place_on_canvas(d[1], size, out=canvas)
 
     device_plan_s = median_pass(device_plan, decoded, options.repeats)

@@ -25,7 +25,7 @@ PARAMS = AugmentParams(degrees=10, scale=(0.6, 1.4), translate=0.1, jitter=0.2, 
 
 
 def _device(image, orig_hw, canvas, out, params, rng):
-    theta, hsv, boxes = plan_sample(image.shape[:2], orig_hw, LABELS, canvas, out, params, rng)
+    theta, hsv, boxes, _ = plan_sample(image.shape[:2], orig_hw, LABELS, canvas, out, params, rng)
     batch = torch.from_numpy(place_on_canvas(image, canvas)).permute(2, 0, 1)[None]
     result = augment_batch(batch, torch.from_numpy(theta)[None], torch.from_numpy(hsv)[None], out)
     return (result[0].permute(1, 2, 0).numpy() * 255), boxes

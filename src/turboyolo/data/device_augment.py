@@ -37,19 +37,6 @@ def plan_sample(
     out_size: int,
     params: AugmentParams | None,
     rng: np.random.Generator | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-sample numbers the device needs (see :func:`plan_sample_full`, which also gives the matrix)."""
-    return plan_sample_full(stored_hw, orig_hw, labels, canvas, out_size, params, rng)[:3]
-
-
-def plan_sample_full(
-    stored_hw: tuple[int, int],
-    orig_hw: tuple[int, int],
-    labels: np.ndarray,
-    canvas: int,
-    out_size: int,
-    params: AugmentParams | None,
-    rng: np.random.Generator | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The per-sample numbers the device needs; all cheap CPU arithmetic.
 

@@ -4,7 +4,7 @@ A batch is gathered in one call (``__getitem__`` takes the batch's keys, not one
 read once from the prepared cache (one slice of the memory map, copied straight into its slot of the
 batch buffer, no intermediate array), the uncovered part of its canvas is filled grey, and the
 sample's affine, HSV factors and boxes are computed with the CPU path's rng draws and box function
-(:func:`turboyolo.data.device_augment.plan_sample_full`). The device then runs
+(:func:`turboyolo.data.device_augment.plan_sample`). The device then runs
 :func:`turboyolo.data.device_augment.augment_batch` after the non-blocking copy
 (:meth:`CanvasBatch.to_device`, which :func:`turboyolo.data.loader.move_to_device` calls).
 
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from turboyolo.data.augment import AugmentParams, letterbox_matrix, sample_rng
-from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_sample_full
+from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_sample
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, MetaBatch, _worker_init
 from turboyolo.errors import DataError
 
@@ -111,7 +111,7 @@ class DeviceAugmentDataset(DetectionDataset):
             failures: list[tuple[str, str]] = []
             image, orig_hw, chosen = self._load_robust(index, epoch, failures)
             rng = sample_rng(self.seed, epoch, index) if params is not None else None
-            theta[slot], hsv[slot], boxes, matrices[slot] = plan_sample_full(
+            theta[slot], hsv[slot], boxes, matrices[slot] = plan_sample(
                 image.shape[:2], orig_hw, self.samples[chosen].labels, self.canvas, size, params, rng)
             place_on_canvas(image, self.canvas, out=canvases[slot])
             _, ratio[slot], pad[slot] = letterbox_matrix(orig_hw, size)
