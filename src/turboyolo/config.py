@@ -31,6 +31,7 @@ class TrainConfig:
     batch: int | None = None  # None: the cfg's
     subdivisions: int | None = None
     img_size: int | None = None
+    val_img_size: int | None = None  # None: the training size (small objects: evaluate larger)
     workers: int | None = None  # --n_cpu
     device: str = "auto"
     amp: str = "auto"
@@ -82,6 +83,10 @@ class TrainConfig:
             (
                 self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
                 "--img-size must be a multiple of 32",
+            ),
+            (
+                self.val_img_size is None or (self.val_img_size >= 32 and self.val_img_size % 32 == 0),
+                "--val-img-size must be a multiple of 32",
             ),
             (self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0 (0: last/best only)"),
             (self.evaluation_interval >= 0, "--evaluation-interval must be >= 0 (0: never)"),

@@ -139,6 +139,8 @@ def test_train_flags_accept_pytorch_yolov3_names():
             "-1",
             "--img_size",
             "320",
+            "--val-img-size",
+            "416",
             "--time-limit",
             "1.5",
         ]
@@ -148,6 +150,19 @@ def test_train_flags_accept_pytorch_yolov3_names():
     assert (config.checkpoint_interval, config.evaluation_interval, config.multiscale) == (5, 2, True)
     assert (config.iou_thres, config.conf_thres, config.nms_thres) == (0.6, 0.2, 0.4)
     assert (config.project, config.seed, config.img_size, config.time_limit_min) == ("logs", 0, 320, 1.5)
+    assert config.val_img_size == 416
+
+
+def test_evaluation_size_can_differ_from_training(tmp_path):
+    from turboyolo.commands.train import _loaders
+    from turboyolo.formats.darknet_cfg import parse_cfg
+
+    data = make_dataset(tmp_path / "data", 2, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)  # 64 x 64
+    config = _config(cfg, data, tmp_path / "runs", val_img_size=96)
+    train, val, _ = _loaders(config, parse_cfg(cfg), 2)
+    assert next(iter(train))[0].shape[-2:] == (64, 64)
+    assert next(iter(val))[0].shape[-2:] == (96, 96)
 
 
 def test_bad_flags_name_the_flag():
@@ -155,6 +170,8 @@ def test_bad_flags_name_the_flag():
 
     with pytest.raises(FlagError, match="--img-size"):
         TrainConfig(cfg="a.cfg", data="d.data", img_size=100)
+    with pytest.raises(FlagError, match="--val-img-size"):
+        TrainConfig(cfg="a.cfg", data="d.data", val_img_size=100)
     with pytest.raises(FlagError, match="--data"):
         TrainConfig(cfg="a.cfg")
 

@@ -69,13 +69,17 @@ def run(args: argparse.Namespace) -> int:
 def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
     """The fine-tuned model on the held-out tiles: mAP, then drawn detections and YOLO labels."""
     from turboyolo.cli import main as cli
+    from turboyolo.commands.train import DEMO_VAL_SIZE
 
     weights_dir = run_dir / "weights"
     checkpoint = weights_dir / "best.pt" if (weights_dir / "best.pt").exists() else weights_dir / "last.pt"
     print(f"[demo] evaluating {checkpoint} on the trees val split")
-    cli(["test", "--weights", str(checkpoint), "--data", str(trees_dir / "trees.data"), "--n-cpu", "1"])
+    size = str(DEMO_VAL_SIZE)
+    cli(["test", "--weights", str(checkpoint), "--data", str(trees_dir / "trees.data"), "--n-cpu", "1",
+         "--img-size", size, "--nms-thres", "0.45"])
     out = next_run_dir(project, "detect-trees")
     cli(["detect", str(trees_dir / "images" / "val"), "--weights", str(checkpoint), "--conf-thres", "0.25",
+         "--img-size", size,
          "--single-label", "--save-txt", "--save-conf", "--names", str(trees_dir / "trees.names"),
          "--project", str(project), "--name", out.name, "--exist-ok"])
     print(f"[demo] tree detections on held-out tiles: {out} (labels in {out / 'labels'})")

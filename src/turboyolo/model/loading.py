@@ -66,9 +66,13 @@ def load_matching(model: Darknet, weights: dict[str, torch.Tensor]) -> tuple[lis
     return loaded, skipped
 
 
-def transfer_darknet_weights(model: Darknet, path: str | Path) -> tuple[WeightsHeader, list[int]]:
+def transfer_darknet_weights(
+    model: Darknet, path: str | Path
+) -> tuple[WeightsHeader, list[int], list[int]]:
     """Load a ``.weights`` file written for another class count: every convolution whose shapes
-    match is loaded, the rest (the heads) keep their initialisation. Returns the skipped layer indices.
+    match is loaded; of the rest (the heads), the box and objectness outputs are seeded from the
+    source head (:func:`transfer_head_boxes`). Returns the header, the layers not loaded whole and
+    those of them that were seeded.
 
     Darknet files do not say which cfg they came from, so the source network is rebuilt from this
     cfg with the class count inferred from the file size.
@@ -79,7 +83,34 @@ def transfer_darknet_weights(model: Darknet, path: str | Path) -> tuple[WeightsH
     source_state = source_model.state_dict()
     loaded, skipped = load_matching(model, source_state)
     skipped_layers = sorted({int(name.split(".")[1]) for name in skipped if name.startswith("layers.")})
-    return header, skipped_layers
+    seeded = transfer_head_boxes(model, source_model, skipped_layers)
+    return header, skipped_layers, seeded
+
+
+def transfer_head_boxes(model: Darknet, source: Darknet, layers: list[int]) -> list[int]:
+    """Seed the box and objectness outputs of each head convolution in ``layers`` from ``source``.
+
+    A head for another class count cannot load whole, but its (tx, ty, tw, th, objectness) rows per
+    anchor slot mean the same thing in both networks (tw/th are relative to the slot's anchor, so
+    with new anchors a slot keeps predicting sizes near its own anchor); class rows keep their
+    initialisation. Returns the layers seeded.
+    """
+    seeded = []
+    for own_head, src_head in zip(model.heads, source.heads, strict=False):
+        index = own_head.layer_index - 1
+        own_conv, src_conv = model.layers[index].conv, source.layers[index].conv
+        slots = len(own_head.mask)
+        if (index not in layers or len(src_head.mask) != slots or own_conv.bias is None
+                or src_conv.bias is None or own_conv.weight.shape[1:] != src_conv.weight.shape[1:]):
+            continue
+        own_w = own_conv.weight.view(slots, -1, *own_conv.weight.shape[1:])
+        src_w = src_conv.weight.view(slots, -1, *src_conv.weight.shape[1:])
+        own_b, src_b = own_conv.bias.view(slots, -1), src_conv.bias.view(slots, -1)
+        with torch.no_grad():
+            own_w[:, :5] = src_w[:, :5]
+            own_b[:, :5] = src_b[:, :5]
+        seeded.append(index)
+    return seeded
 
 
 def _model_for_size(spec: ModelSpec, floats: int, path) -> Darknet:
