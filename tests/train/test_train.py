@@ -199,6 +199,8 @@ def test_train_and_test_commands_end_to_end(tmp_path, capsys):
             "cli",
             "--checkpoint_interval",
             "1",
+            "--val-img-size",
+            "96",
         ]
     )
     assert code == 0
@@ -208,7 +210,8 @@ def test_train_and_test_commands_end_to_end(tmp_path, capsys):
     }
     capsys.readouterr()
     assert main(["test", "--weights", str(weights / "best.pt"), "--data", str(data), "--n_cpu", "0"]) == 0
-    assert "mAP@0.5" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "mAP@0.5" in out and "input 96 x 96: the run's --val-img-size" in out
     # the exported Darknet weights load into the cfg and evaluate the same way
     assert (
         main(["test", "-m", str(cfg), "-w", str(weights / "best.weights"), "-d", str(data), "--n_cpu", "0"])

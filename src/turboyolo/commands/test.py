@@ -48,14 +48,20 @@ def run(args: argparse.Namespace) -> int:
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.loading import is_checkpoint, read_checkpoint
 
+    state = read_checkpoint(args.weights) if is_checkpoint(args.weights) else None
     if args.cfg:
         spec = parse_cfg(args.cfg)
-    elif is_checkpoint(args.weights):
-        spec = parse_cfg_text(read_checkpoint(args.weights)["cfg_text"], f"{args.weights}:cfg_text")
+    elif state is not None:
+        spec = parse_cfg_text(state["cfg_text"], f"{args.weights}:cfg_text")
     else:
         raise ConfigError("--model/--cfg is required with Darknet .weights (a checkpoint carries its cfg)")
-    if args.img_size:
-        spec = spec.with_net(width=args.img_size, height=args.img_size)
+    size = args.img_size
+    if not size and state is not None:  # evaluate where the run evaluated
+        size = (state.get("config") or {}).get("val_img_size")
+        if size:
+            print(f"input {size} x {size}: the run's --val-img-size (--img-size overrides)")
+    if size:
+        spec = spec.with_net(width=size, height=size)
     model = Darknet(spec)
     for line in load_pretrained(model, args.weights):
         print(line)
