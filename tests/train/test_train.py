@@ -46,6 +46,19 @@ def test_overfits_four_images(tmp_path):
     assert any((run / "tensorboard").iterdir())
 
 
+def test_time_limit_mid_epoch_evaluates_the_final_weights(tmp_path, capsys):
+    # 8 images at mini-batch 2: 4 iterations per epoch; a limit shorter than one iteration stops after
+    # the first, in the middle of epoch 1, before any regular evaluation.
+    data = make_dataset(tmp_path / "data", 8, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
+    run = fit(_config(cfg, data, tmp_path / "runs", evaluation_interval=1, time_limit_min=1e-6))
+    out = capsys.readouterr().out
+    assert "time limit at iteration 1 (epoch 1 unfinished): mAP@0.5" in out
+    state = torch.load(run / "weights" / "last.pt", weights_only=True)
+    assert state["iteration"] == 1  # the exact position is kept for --resume
+    assert (run / "weights" / "best.pt").exists()  # the only evaluation so far is the best one
+
+
 def _train_state(path: Path) -> dict[str, torch.Tensor]:
     state = torch.load(path, map_location="cpu", weights_only=True)
     return {

@@ -322,15 +322,35 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     progress = Progress(enabled=not quiet)
     train_seconds = 0.0
     limit_s = config.time_limit_min * 60.0
-    stopped = False
+    stopped = timed_out = False
 
     def checkpoint(paths):
         state.last_checkpoint = str(weights_dir / "last.pt")
         if env.is_main:
             writer.save(_checkpoint_dict(state, config, cfg_text), paths)
 
+    def validate():
+        eval_model = state.ema.module if state.ema is not None else model
+        return evaluate(
+            eval_model,
+            val_loader,
+            device=device,
+            num_classes=len(names),
+            conf_thres=config.conf_thres,
+            nms_thres=config.nms_thres,
+            amp_dtype=amp_dtype,
+            keep_predictions=4 if env.is_main else 0,
+        )
+
+    def improves_best(result) -> bool:
+        fitness = result.map50 * 0.1 + result.map50_95 * 0.9
+        if fitness <= state.best_fitness:
+            return False
+        state.best_fitness = fitness
+        return True
+
     def on_iteration(st, values):
-        nonlocal stopped
+        nonlocal stopped, timed_out
         if values:
             gpu = monitor.read()
             if gpu:
@@ -344,7 +364,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         if stop_at_iteration is not None and st.iteration >= stop_at_iteration:
             stopped = True
         if limit_s and train_seconds + (time.perf_counter() - epoch_start) >= limit_s:
-            stopped = True
+            stopped = timed_out = True
         if env.enabled and limit_s:  # clocks differ between ranks: rank 0 decides for all
             stopped = bool(distributed.broadcast_object(stopped))
         return stopped
@@ -373,7 +393,15 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             train_seconds += time.perf_counter() - epoch_start
             finished = state.epoch_batches >= len(train_loader)
             if not finished:  # interrupted mid-epoch: keep the exact position and stop
-                checkpoint([weights_dir / "last.pt"])
+                paths = [weights_dir / "last.pt"]
+                if timed_out and config.evaluation_interval:  # the weights the run ends with count too
+                    result, _ = validate()
+                    if result is not None:
+                        say(f"time limit at iteration {state.iteration} (epoch {state.epoch + 1} "
+                            f"unfinished): mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}")
+                        if improves_best(result):
+                            paths.append(weights_dir / "best.pt")
+                checkpoint(paths)
                 break
             state.epoch += 1
             state.epoch_batches = state.epoch_start_sample = 0
@@ -392,17 +420,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                 or bool(state.max_iterations and state.iteration >= state.max_iterations)
             )
             if config.evaluation_interval and (state.epoch % config.evaluation_interval == 0 or done):
-                eval_model = state.ema.module if state.ema is not None else model
-                result, shown = evaluate(
-                    eval_model,
-                    val_loader,
-                    device=device,
-                    num_classes=len(names),
-                    conf_thres=config.conf_thres,
-                    nms_thres=config.nms_thres,
-                    amp_dtype=amp_dtype,
-                    keep_predictions=4 if env.is_main else 0,
-                )
+                result, shown = validate()
                 if result is None:  # not rank 0: its shard went to rank 0, which reports and keeps best.pt
                     logger.epoch_row(row)
                     checkpoint([])
@@ -417,10 +435,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                 )
                 if config.verbose:
                     say(result.table(names))
-                fitness = result.map50 * 0.1 + result.map50_95 * 0.9
                 paths = [weights_dir / "last.pt"]
-                if fitness > state.best_fitness:
-                    state.best_fitness = fitness
+                if improves_best(result):
                     paths.append(weights_dir / "best.pt")
             else:
                 paths = [weights_dir / "last.pt"]
