@@ -98,10 +98,12 @@ def transfer_head_boxes(model: Darknet, source: Darknet, layers: list[int]) -> l
     seeded = []
     for own_head, src_head in zip(model.heads, source.heads, strict=False):
         index = own_head.layer_index - 1
-        own_conv, src_conv = model.layers[index].conv, source.layers[index].conv
+        own_conv = getattr(model.layers[index], "conv", None)
+        src_conv = getattr(source.layers[index], "conv", None)
         slots = len(own_head.mask)
-        if (index not in layers or len(src_head.mask) != slots or own_conv.bias is None
-                or src_conv.bias is None or own_conv.weight.shape[1:] != src_conv.weight.shape[1:]):
+        if (index not in layers or own_conv is None or src_conv is None or len(src_head.mask) != slots
+                or own_conv.bias is None or src_conv.bias is None
+                or own_conv.weight.shape[1:] != src_conv.weight.shape[1:]):
             continue
         own_w = own_conv.weight.view(slots, -1, *own_conv.weight.shape[1:])
         src_w = src_conv.weight.view(slots, -1, *src_conv.weight.shape[1:])
