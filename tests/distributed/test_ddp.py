@@ -67,6 +67,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _torchrun(nproc: int, *args: str) -> list[str]:
+    """The command line of ``turboyolo ARGS`` in ``nproc`` processes on this machine."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "turboyolo",
+        *args,
+    ]
+
+
 def _train(tmp_path, name, *extra, nproc: int = 1) -> Path:
     args = [
         "train",
@@ -86,23 +104,7 @@ def _train(tmp_path, name, *extra, nproc: int = 1) -> Path:
         *map(str, extra),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TURBOYOLO_OFFLINE": "1"}
-    if nproc > 1:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            str(nproc),
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(_free_port()),
-            "-m",
-            "turboyolo",
-            *args,
-        ]
-    else:
-        cmd = [sys.executable, "-m", "turboyolo", *args]
+    cmd = _torchrun(nproc, *args) if nproc > 1 else [sys.executable, "-m", "turboyolo", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp_path / "runs" / name
@@ -138,18 +140,8 @@ def test_subdivisions_must_divide_among_processes(tmp_path):
     cfg = _no_bn_tiny_cfg(tmp_path / "tiny.cfg")
     data = _dataset(tmp_path / "data", count=4)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        "-m",
-        "turboyolo",
+    cmd = _torchrun(
+        2,
         "train",
         "--cfg",
         str(cfg),
@@ -165,7 +157,7 @@ def test_subdivisions_must_divide_among_processes(tmp_path):
         "0",
         "--project",
         str(tmp_path / "runs"),
-    ]
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode != 0
     assert "must be a multiple of the 2 processes" in proc.stderr

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if size:
         spec = spec.with_net(width=size, height=size)
     model = Darknet(spec)
-    for line in load_pretrained(model, args.weights):
+    for line in load_pretrained(model, args.weights, checkpoint=state):
         print(line)
     device = _device(args.device)
     model.to(device)

@@ -525,11 +525,12 @@ def _load_reporting(model, weights) -> tuple[list[str], set[int]]:
     return lines, set(skipped)
 
 
-def load_pretrained(model, weights: str | Path, return_skipped: bool = False):
+def load_pretrained(model, weights: str | Path, return_skipped: bool = False, checkpoint: dict | None = None):
     """Load ``weights`` (Darknet .weights or checkpoint) into ``model``: everything whose shape fits.
 
     Returns lines to print naming what was skipped (and, with ``return_skipped``, the skipped layer
     indices). Darknet's ``seen`` is not carried over (the schedule of this run starts at iteration 1).
+    ``checkpoint``: the checkpoint ``weights`` names, when the caller has already read it.
     """
     from turboyolo.errors import WeightsError
     from turboyolo.model.loading import (
@@ -548,7 +549,8 @@ def load_pretrained(model, weights: str | Path, return_skipped: bool = False):
             "`turboyolo fetch yolov3-tiny` gets the COCO tiny weights"
         )
     if is_checkpoint(path):
-        loaded, skipped = load_matching(model, checkpoint_model_state(read_checkpoint(path)))
+        state = checkpoint if checkpoint is not None else read_checkpoint(path)
+        loaded, skipped = load_matching(model, checkpoint_model_state(state))
         layers = sorted({int(n.split(".")[1]) for n in skipped if n.startswith("layers.")})
         lines = [
             f"loaded {len(loaded)} tensors from {path}"
@@ -827,7 +829,7 @@ def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: flo
     try:
         spec = make_spec("yolov3-tiny", num_classes=1, width=416, height=416, batch=8, subdivisions=1,
                          learning_rate=learning_rate, anchors=DEMO_ANCHORS)
-        seconds_per_iteration = _probe_iteration_seconds(spec, DEMO_FREEZE)
+        seconds_per_iteration = _probe_iteration_seconds(spec)
         left = budget_s - (time.perf_counter() - start)
         # The run ends on the time limit, not on max_batches: on a shared CPU the real speed varies; a
         # slower run then stops a little before the LR floor, a faster one idles briefly at it.
@@ -853,26 +855,14 @@ def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: flo
         torch.set_num_threads(threads)
 
 
-def _probe_iteration_seconds(spec, freeze: int) -> float:
-    """Seconds of one training iteration (forward + backward, batch of random images), best of two."""
-    import time
-
+def _probe_iteration_seconds(spec) -> float:
+    """Seconds of one training iteration on random images (the doctor's step measurement, median of 2)."""
     import torch
 
-    from turboyolo.loss import YoloLoss
-    from turboyolo.model.darknet import Darknet
+    from turboyolo.doctor_measure import DoctorOptions, measure_step
 
-    model = Darknet(spec)
-    for module in model.layers[:freeze]:
-        for param in module.parameters():
-            param.requires_grad_(False)
-    images = torch.rand(spec.net.batch // spec.net.subdivisions, 3, spec.net.height, spec.net.width)
-    targets = torch.tensor([[0, 0, 0.5, 0.5, 0.1, 0.1]])
-    loss_fn = YoloLoss(model.heads)
-    times = []
-    for _ in range(2):
-        begin = time.perf_counter()
-        loss, _ = loss_fn(model(images), targets, (spec.net.height, spec.net.width))
-        loss.backward()
-        times.append(time.perf_counter() - begin)
-    return min(times) * spec.net.subdivisions
+    net = spec.net
+    options = DoctorOptions(img_size=net.width, batch=net.batch, subdivisions=net.subdivisions,
+                            device=torch.device("cpu"), workers=0, worker_counts=(), repeats=2)
+    seconds, _, _ = measure_step(spec, options)
+    return seconds * net.subdivisions
