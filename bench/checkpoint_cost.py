@@ -23,10 +23,10 @@ from pathlib import Path
 
 
 def build_state():
-    from turboyolo.checkpoint import FORMAT, VERSION, rng_state
+    from turboyolo.train.checkpoint import FORMAT, VERSION, rng_state
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.zoo import make_spec
-    from turboyolo.optim import ModelEMA, build_optimizer
+    from turboyolo.train.optim import ModelEMA, build_optimizer
 
     spec = make_spec("yolov3", num_classes=80)
     model = Darknet(spec)
@@ -58,7 +58,7 @@ def fake_step(work, ms: float):
 def run(mode: str, state, out: Path, steps: int, every: int, step_ms: float) -> tuple[float, list[float]]:
     import torch
 
-    from turboyolo.checkpoint import CheckpointWriter, atomic_save
+    from turboyolo.train.checkpoint import CheckpointWriter, atomic_save
 
     work = torch.rand(256, 256)
     writer = CheckpointWriter(mode=mode) if mode in ("fork", "thread") else None

@@ -59,9 +59,9 @@ def make_data(photos: Path, root: Path, copies: int) -> Path:
 
 def setup(args):
     from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.loss import YoloLoss
+    from turboyolo.train.loss import YoloLoss
     from turboyolo.model.darknet import Darknet
-    from turboyolo.optim import build_optimizer
+    from turboyolo.train.optim import build_optimizer
 
     device = torch.device(args.device)
     spec = parse_cfg(args.cfg)
@@ -77,7 +77,7 @@ def mfu(spec, images_per_s: float, img_size: int) -> tuple[float, float]:
 
 def train_flops(spec, img_size: int) -> float:
     """3 x forward FLOPs of one image (forward + backward)."""
-    from turboyolo.doctor_measure import forward_flops
+    from turboyolo.doctor.measure import forward_flops
 
     return 3 * forward_flops(spec, img_size)
 
@@ -88,7 +88,7 @@ def amp(device):
 
 
 def ceiling(args) -> dict:
-    from turboyolo.gpu_monitor import GpuMonitor
+    from turboyolo.train.gpu_monitor import GpuMonitor
 
     device, spec, model, optimizer, loss_fn = setup(args)
     x = torch.rand(args.batch, 3, args.img_size, args.img_size, device=device).contiguous(
@@ -132,9 +132,9 @@ def ours(args, augment_on: str) -> dict:
     from turboyolo.data.cache import prepare_cache
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.engine import StepOptions, TrainState, train_one_epoch
-    from turboyolo.gpu_monitor import GpuMonitor
-    from turboyolo.optim import Schedule
+    from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
+    from turboyolo.train.gpu_monitor import GpuMonitor
+    from turboyolo.train.optim import Schedule
 
     device, spec, model, optimizer, loss_fn = setup(args)
     samples = scan_dataset(args.data, "train").samples
@@ -175,7 +175,7 @@ def ours(args, augment_on: str) -> dict:
 
 
 def checkpoint(args) -> dict:
-    from turboyolo.doctor_measure import measure_checkpoint
+    from turboyolo.doctor.measure import measure_checkpoint
 
     device, spec, model, optimizer, loss_fn = setup(args)
     for p in model.parameters():

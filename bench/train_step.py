@@ -65,11 +65,11 @@ def ours(cfg: Path, size: int, batch: int, steps: int, warmup: int, ema: bool, c
          compile_model: bool, threads: int) -> list[float]:
     import torch
 
-    from turboyolo.engine import StepOptions, TrainState, _step
+    from turboyolo.train.engine import StepOptions, TrainState, _step
     from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.loss import YoloLoss
+    from turboyolo.train.loss import YoloLoss
     from turboyolo.model.darknet import Darknet
-    from turboyolo.optim import ModelEMA, Schedule
+    from turboyolo.train.optim import ModelEMA, Schedule
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

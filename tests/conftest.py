@@ -24,3 +24,29 @@ def tiny_weights() -> Path:
         return assets.fetch("yolov3-tiny", verbose=False)
     except AssetError as err:  # no network and no cache: say so rather than fail obscurely
         pytest.skip(f"yolov3-tiny weights unavailable: {err}")
+
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOYOLO_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def boxes_dataset(tmp_path, isolated_cache) -> Path:
+    from synth import make_boxes_dataset
+
+    make_boxes_dataset(tmp_path / "ds")
+    return tmp_path / "ds"
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg(tmp_path_factory) -> Path:
+    """A 1-class yolov3-tiny cfg at 64 px (random weights are enough to exercise the plumbing)."""
+    from turboyolo.formats.darknet_cfg import write_cfg
+    from turboyolo.model.zoo import make_spec
+
+    path = tmp_path_factory.mktemp("cfg") / "tiny-1c.cfg"
+    write_cfg(make_spec("yolov3-tiny", 1, 64, 64, batch=1, subdivisions=1), path)
+    return path

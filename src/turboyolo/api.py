@@ -8,7 +8,7 @@
 ``load`` takes what ``--weights`` takes on the command line (a Darknet ``.weights`` with its ``--cfg``,
 a turboyolo checkpoint that carries its cfg, or the name of a pinned asset such as ``yolov3-tiny``);
 ``detect`` takes one image or a list, each a path or a uint8 RGB ``[H, W, 3]`` array, and returns one
-:class:`~turboyolo.predict.Prediction` per image: ``boxes`` ``[n, 4]`` xyxy in the image's pixels,
+:class:`~turboyolo.infer.predict.Prediction` per image: ``boxes`` ``[n, 4]`` xyxy in the image's pixels,
 ``scores`` ``[n]``, ``classes`` ``[n]``. The CLI's ``detect``, ``label`` and ``export`` use the same pieces.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from turboyolo.predict import Prediction, Predictor
+from turboyolo.infer.predict import Prediction, Predictor
 
 ImageLike = str | Path | np.ndarray
 
@@ -32,7 +32,7 @@ def load(
     img_size: int | tuple[int, int] | None = None,
     half: bool = False,
 ) -> Predictor:
-    """A ready :class:`~turboyolo.predict.Predictor` (eval mode, on ``device``; default CUDA if present).
+    """A ready :class:`~turboyolo.infer.predict.Predictor` (eval mode, on ``device``; default: CUDA if any).
 
     Args:
         weights: ``.weights`` file, checkpoint (``.pt``), or a pinned asset name (``"yolov3-tiny"``).
@@ -41,7 +41,7 @@ def load(
     """
     import torch
 
-    from turboyolo.detection import resolve_model
+    from turboyolo.infer.detect import resolve_model
     from turboyolo.model.loading import build_model
 
     spec, path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
@@ -66,7 +66,7 @@ def detect(
     """Detections for one image or a list of images (paths or uint8 RGB arrays), in input order.
 
     ``tile`` (pixels) detects each image on overlapping full-resolution tiles and merges the boxes
-    (:mod:`turboyolo.tiling`), for images much larger than the network input.
+    (:mod:`turboyolo.infer.tiling`), for images much larger than the network input.
     """
     from turboyolo.data.decode import load_image
 
@@ -75,7 +75,7 @@ def detect(
     arrays = [load_image(item) if isinstance(item, (str, Path)) else np.asarray(item) for item in items]
     kwargs = dict(multi_label=not single_label, classes=classes)
     if tile is not None:
-        from turboyolo.tiling import TileOptions, detect_tiled
+        from turboyolo.infer.tiling import TileOptions, detect_tiled
 
         options = TileOptions(tile, overlap)
         results = []

@@ -2,8 +2,7 @@
 
 import json
 
-from data_synth import make_dataset
-
+from synth import make_image_folder as make_dataset
 from turboyolo.cli import FlagParser
 from turboyolo.commands import bench, convert, prepare
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from data_synth import make_dataset
 
+from synth import make_image_folder as make_dataset
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.device_loader import CanvasBatch
@@ -120,10 +120,10 @@ def test_errors_name_the_flag(samples):
 
 @pytest.mark.slow
 def test_train_with_device_augmentation_resumes_exactly(tmp_path):
-    from train.synth import make_dataset as make_train_set
-    from train.synth import micro_cfg
+    from synth import make_dataset as make_train_set
+    from synth import micro_cfg
     from turboyolo.commands.train import fit
-    from turboyolo.config import TrainConfig
+    from turboyolo.train.config import TrainConfig
 
     data = make_train_set(tmp_path / "data", 8, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=4, subdivisions=2, learning_rate=0.01, burn_in=2,

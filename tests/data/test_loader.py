@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from data_synth import make_dataset
 
+from synth import make_image_folder as make_dataset
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import PreparedCache, prepare_cache
 from turboyolo.data.loader import MultiScaleBatchSampler, build_loader, move_to_device

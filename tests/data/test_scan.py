@@ -1,9 +1,9 @@
 """The scan on a corpus of bad files: each one reported with the right reason; loader still full."""
 
 import numpy as np
-from data_synth import make_dataset
 from PIL import Image
 
+from synth import make_image_folder as make_dataset
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.loader import build_loader
 from turboyolo.data.scan import scan_dataset

@@ -6,8 +6,14 @@ import time
 import pytest
 import torch
 
-from turboyolo.distributed import DistEnv, all_reduce_sum, convert_sync_batchnorm, once_per_node, read_env
 from turboyolo.errors import ConfigError
+from turboyolo.train.distributed import (
+    DistEnv,
+    all_reduce_sum,
+    convert_sync_batchnorm,
+    once_per_node,
+    read_env,
+)
 
 
 def test_single_process_defaults(monkeypatch):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turboyolo.gpu_monitor import GpuMonitor, data_wait_advice
+from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
 
 
 def test_cpu_monitor_is_a_pass_through_no_op():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from turboyolo.doctor import StageTimings, assumed_step_s, diagnose, render_markdown
+from turboyolo.doctor.verdict import StageTimings, assumed_step_s, diagnose, render_markdown
 
 
 def timings(**changes) -> StageTimings:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.synth import make_dataset
+from synth import make_dataset
 
 
 @pytest.fixture(autouse=True)

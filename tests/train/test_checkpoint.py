@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from turboyolo.checkpoint import CheckpointWriter, atomic_save, rng_state, set_rng_state
+from turboyolo.train.checkpoint import CheckpointWriter, atomic_save, rng_state, set_rng_state
 
 
 @pytest.mark.parametrize("mode", ["fork", "thread"])

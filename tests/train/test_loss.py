@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from train.synth import micro_cfg
-from turboyolo.engine import StepOptions, TrainState, train_one_epoch
+from synth import micro_cfg
 from turboyolo.formats.darknet_cfg import parse_cfg, parse_cfg_text
-from turboyolo.loss import YoloLoss
 from turboyolo.model.darknet import Darknet
-from turboyolo.optim import Schedule, build_optimizer
+from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
+from turboyolo.train.loss import YoloLoss
+from turboyolo.train.optim import Schedule, build_optimizer
 
 
 def _model(tmp_path, num_classes=1, batch_normalize=True, **kw):
@@ -99,7 +99,7 @@ def test_subdivisions_do_not_change_the_update(tmp_path):
 
 
 def test_non_finite_loss_names_iteration_and_checkpoint(tmp_path):
-    from turboyolo.engine import NonFiniteLoss
+    from turboyolo.train.engine import NonFiniteLoss
 
     model = _model(tmp_path)
     state = TrainState(

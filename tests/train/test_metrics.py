@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from turboyolo.metrics import coco_evaluate, detections_to_coco, yolo_to_coco_gt
+from turboyolo.train.metrics import coco_evaluate, detections_to_coco, yolo_to_coco_gt
 
 # Image 1 is 100x100 with crowns A (10..30) and B (60..80); image 2 is 200 wide x 100 high with C.
 LABELS = [np.array([[0, 0.2, 0.2, 0.2, 0.2], [0, 0.7, 0.7, 0.2, 0.2]]), np.array([[0, 0.2, 0.4, 0.2, 0.4]])]

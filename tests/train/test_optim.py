@@ -9,7 +9,7 @@ from turboyolo.errors import ConfigError
 from turboyolo.formats.darknet_cfg import parse_cfg
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.zoo import make_spec
-from turboyolo.optim import ModelEMA, Schedule, build_optimizer, lr_at, param_groups
+from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer, lr_at, param_groups
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "darknet_lr"
 

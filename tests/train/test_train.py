@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.synth import make_dataset, micro_cfg
+from synth import make_dataset, micro_cfg
 from turboyolo.commands.train import fit
-from turboyolo.config import TrainConfig
-from turboyolo.logging import read_results
+from turboyolo.train.config import TrainConfig
+from turboyolo.train.logger import read_results
 
 
 def _config(cfg: Path, data: Path, project: Path, **changes) -> TrainConfig:
@@ -97,7 +97,7 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path, writer)
     project = tmp_path / "runs"
     script = (
         "from turboyolo.commands.train import fit\n"
-        "from turboyolo.config import TrainConfig\n"
+        "from turboyolo.train.config import TrainConfig\n"
         f"fit(TrainConfig(cfg={str(cfg)!r}, data={str(data)!r}, epochs=3, workers=0,"
         f" project={str(project)!r}, evaluation_interval=0, checkpoint_interval=1), quiet=True)\n"
     )
@@ -179,7 +179,7 @@ def test_evaluation_size_can_differ_from_training(tmp_path):
 
 
 def test_bad_flags_name_the_flag():
-    from turboyolo.config import FlagError
+    from turboyolo.train.config import FlagError
 
     with pytest.raises(FlagError, match="--img-size"):
         TrainConfig(cfg="a.cfg", data="d.data", img_size=100)

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from turboyolo.anchors import anchor_fit, kmeans_anchors, letterbox_box_sizes
+    from turboyolo.data.anchors import anchor_fit, kmeans_anchors, letterbox_box_sizes
     from turboyolo.data.scan import scan_dataset
     from turboyolo.errors import ConfigError, DataError
     from turboyolo.formats.darknet_cfg import YoloSpec, parse_cfg, write_cfg

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 # measure_loader and cpu_model are imported from here by bench/ scripts
-from turboyolo.data.throughput import Measurement, cpu_model, measure_loader  # noqa: F401
+from turboyolo.doctor.throughput import Measurement, cpu_model, measure_loader  # noqa: F401
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ def _photos(trees_dir: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from turboyolo import assets
     from turboyolo.data.trees import build_trees
-    from turboyolo.detection import DetectOptions, run_detection
+    from turboyolo.infer.detect import DetectOptions, run_detection
 
     started = time.time()
     project = Path(args.project)

@@ -72,6 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.detection import DetectOptions, run_detection
+    from turboyolo.infer.detect import DetectOptions, run_detection
 
     return run_detection(DetectOptions.from_args(args))

@@ -46,13 +46,13 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from turboyolo.config import FlagError
     from turboyolo.data.loader import default_workers
-    from turboyolo.doctor import diagnose, render_markdown
-    from turboyolo.doctor_measure import DoctorOptions, measure
-    from turboyolo.engine import amp_dtype_for
+    from turboyolo.doctor.measure import DoctorOptions, measure
+    from turboyolo.doctor.verdict import diagnose, render_markdown
     from turboyolo.formats.darknet_cfg import parse_cfg
     from turboyolo.rundir import next_run_dir
+    from turboyolo.train.config import FlagError
+    from turboyolo.train.engine import amp_dtype_for
 
     if not args.cfg:
         raise FlagError("--model/--cfg is required: the Darknet .cfg you train (e.g. `turboyolo cfg yolov3 "

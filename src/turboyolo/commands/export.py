@@ -35,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from turboyolo.detection import resolve_model
     from turboyolo.errors import ConfigError
-    from turboyolo.export import ExportOptions, compare_with_torch, export_onnx
+    from turboyolo.infer.detect import resolve_model
+    from turboyolo.infer.export import ExportOptions, compare_with_torch, export_onnx
     from turboyolo.model.loading import build_model
     from turboyolo.rundir import next_run_dir
 

@@ -32,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from turboyolo.detection import resolve_model
     from turboyolo.errors import ConfigError
-    from turboyolo.labeling import LabelOptions, auto_label, split_images
+    from turboyolo.infer.detect import resolve_model
+    from turboyolo.infer.labeling import LabelOptions, auto_label, split_images
+    from turboyolo.infer.predict import Predictor
     from turboyolo.model.loading import build_model
-    from turboyolo.predict import Predictor
     from turboyolo.rundir import next_run_dir
 
     for flag, value in (("--conf-thres", args.conf_thres), ("--nms-thres", args.nms_thres)):

@@ -42,11 +42,11 @@ def run(args: argparse.Namespace) -> int:
     from turboyolo.commands.train import _device, load_pretrained
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.engine import amp_dtype_for, evaluate
     from turboyolo.errors import ConfigError
     from turboyolo.formats.darknet_cfg import parse_cfg, parse_cfg_text
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.loading import is_checkpoint, read_checkpoint
+    from turboyolo.train.engine import amp_dtype_for, evaluate
 
     state = read_checkpoint(args.weights) if is_checkpoint(args.weights) else None
     if args.cfg:

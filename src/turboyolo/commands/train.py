@@ -123,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from turboyolo.config import TrainConfig
+    from turboyolo.train.config import TrainConfig
 
     return TrainConfig(
         cfg=args.cfg or "",
@@ -182,17 +182,17 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
 
     import torch
 
-    from turboyolo import distributed
-    from turboyolo.checkpoint import CheckpointWriter, set_rng_state
-    from turboyolo.config import TrainConfig
-    from turboyolo.engine import StepOptions, TrainState, amp_dtype_for, evaluate, train_one_epoch
     from turboyolo.formats.darknet_cfg import format_cfg, parse_cfg, parse_cfg_text
-    from turboyolo.logging import Progress, RunLogger
-    from turboyolo.loss import YoloLoss
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.loading import read_checkpoint, save_darknet_weights
-    from turboyolo.optim import ModelEMA, Schedule, build_optimizer
     from turboyolo.rundir import next_run_dir
+    from turboyolo.train import distributed
+    from turboyolo.train.checkpoint import CheckpointWriter, set_rng_state
+    from turboyolo.train.config import TrainConfig
+    from turboyolo.train.engine import StepOptions, TrainState, amp_dtype_for, evaluate, train_one_epoch
+    from turboyolo.train.logger import Progress, RunLogger
+    from turboyolo.train.loss import YoloLoss
+    from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
 
     env = distributed.init(_device(config.device).type)
     quiet = quiet or not env.is_main  # one console, one log, one set of checkpoints: rank 0's
@@ -221,14 +221,14 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     torch.manual_seed(config.seed)
     net = spec.net
     if net.batch % net.subdivisions:
-        from turboyolo.config import FlagError
+        from turboyolo.train.config import FlagError
 
         raise FlagError(
             f"batch={net.batch} is not a multiple of subdivisions={net.subdivisions} "
             "(cfg [net] or --batch/--subdivisions)"
         )
     if net.subdivisions % env.world_size:
-        from turboyolo.config import FlagError
+        from turboyolo.train.config import FlagError
 
         raise FlagError(
             f"subdivisions={net.subdivisions} must be a multiple of the {env.world_size} processes: each "
@@ -312,7 +312,7 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     )
     logger = RunLogger(run_dir, config.as_dict(), wandb=config.wandb) if env.is_main else _Silent()
     from turboyolo.data.loader import default_workers
-    from turboyolo.gpu_monitor import GpuMonitor, data_wait_advice
+    from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
 
     monitor = GpuMonitor(device)
     advice = data_wait_advice(config.cache, config.augment_on, train_loader.workers, default_workers() + 1)
@@ -722,7 +722,7 @@ def _loaders(config, spec, mini_batch: int, env=None):
 
 
 def _checkpoint_dict(state, config, cfg_text: str) -> dict:
-    from turboyolo.checkpoint import FORMAT, VERSION, rng_state
+    from turboyolo.train.checkpoint import FORMAT, VERSION, rng_state
 
     model = state.model
     return {
@@ -814,9 +814,9 @@ def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: flo
 
     import torch
 
-    from turboyolo.config import TrainConfig
     from turboyolo.formats.darknet_cfg import write_cfg
     from turboyolo.model.zoo import make_spec
+    from turboyolo.train.config import TrainConfig
 
     data_dir, out_project = Path(data_dir), Path(out_project)
     out_project.mkdir(parents=True, exist_ok=True)
@@ -859,7 +859,7 @@ def _probe_iteration_seconds(spec) -> float:
     """Seconds of one training iteration on random images (the doctor's step measurement, median of 2)."""
     import torch
 
-    from turboyolo.doctor_measure import DoctorOptions, measure_step
+    from turboyolo.doctor.measure import DoctorOptions, measure_step
 
     net = spec.net
     options = DoctorOptions(img_size=net.width, batch=net.batch, subdivisions=net.subdivisions,

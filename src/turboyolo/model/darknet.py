@@ -2,7 +2,7 @@
 
 The ``.cfg`` is the single source of truth: this module only turns a :class:`ModelSpec` into modules.
 Strides and anchors are fixed at construction (``Darknet.heads``), never set during ``forward``.
-``forward`` returns the raw head outputs; decoding and NMS live in :mod:`turboyolo.postprocess`.
+``forward`` returns the raw head outputs; decoding and NMS live in :mod:`turboyolo.model.postprocess`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Inference API: a model plus Darknet's letterbox and post-processing.
 
->>> from turboyolo.predict import Predictor                                  # doctest: +SKIP
+>>> from turboyolo.infer.predict import Predictor                                  # doctest: +SKIP
 >>> predictor = Predictor.from_files("yolov3-tiny.cfg", "yolov3-tiny.weights")  # doctest: +SKIP
 >>> [result] = predictor.predict(["dog.jpg"])                                # doctest: +SKIP
 >>> result.boxes, result.scores, result.classes                              # doctest: +SKIP
@@ -18,7 +18,7 @@ import torch
 from turboyolo.boxes import Letterbox
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model
-from turboyolo.postprocess import decode, postprocess
+from turboyolo.model.postprocess import decode, postprocess
 
 
 def letterbox_size(width: int, height: int, net_w: int, net_h: int) -> tuple[int, int]:

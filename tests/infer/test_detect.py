@@ -20,7 +20,7 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import save_darknet_weights
 from turboyolo.model.zoo import make_spec
 
-FIXTURE_DIR = Path(__file__).parent / "fixtures" / "darknet"
+FIXTURE_DIR = Path(__file__).parents[1] / "fixtures" / "darknet"
 PHOTOS = ("dog", "eagle", "giraffe", "horses", "kite", "person", "scream")
 DARKNET_DATA = Path("/usr/share/darknet/data")
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from turboyolo.errors import ConfigError
-from turboyolo.tiling import (
+from turboyolo.infer.tiling import (
     Detections,
     TileOptions,
     detect_tiled,

@@ -1,7 +1,7 @@
 """``turboyolo doctor``: from measured stage timings to a verdict, a bottleneck and settings to try.
 
 Pure logic (no torch, no I/O): :func:`diagnose` takes :class:`StageTimings` (what
-:mod:`turboyolo.doctor_measure` measured, or synthetic numbers in tests) and returns a
+:mod:`turboyolo.doctor.measure` measured, or synthetic numbers in tests) and returns a
 :class:`Verdict`; :func:`render_markdown` writes it up.
 
 The throughput model. A loader core spends, per image, ``source + augment + overhead`` CPU-seconds,

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from turboyolo.anchors import anchor_fit, kmeans_anchors, letterbox_box_sizes, wh_iou
 from turboyolo.cli import main
+from turboyolo.data.anchors import anchor_fit, kmeans_anchors, letterbox_box_sizes, wh_iou
 from turboyolo.errors import ConfigError
 
 

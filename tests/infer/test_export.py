@@ -15,7 +15,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from turboyolo.cli import main  # noqa: E402
-from turboyolo.export import ExportOptions, compare_with_torch, export_onnx, run_onnxruntime  # noqa: E402
+from turboyolo.infer.export import ExportOptions, compare_with_torch, export_onnx, run_onnxruntime  # noqa: E402
 from turboyolo.model.darknet import Darknet  # noqa: E402
 from turboyolo.model.zoo import make_spec  # noqa: E402
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from turboyolo.cli import main
-from turboyolo.video import split_video_sources
+from turboyolo.infer.video import split_video_sources
 
 
 def _write_video(path, frames=10, size=(96, 128)):

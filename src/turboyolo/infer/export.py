@@ -1,12 +1,12 @@
 """ONNX export of a :class:`Darknet` network, and a check of the exported file with onnxruntime.
 
 Input ``images``: float32 ``[B, 3, H, W]`` RGB in [0, 1], already letterboxed to the export size
-(:func:`turboyolo.predict.darknet_letterbox` does it as Darknet does). Outputs, by mode:
+(:func:`turboyolo.infer.predict.darknet_letterbox` does it as Darknet does). Outputs, by mode:
 
 - raw (default): ``head0``, ``head1``, ... ``[B, A, H/stride, W/stride, 5 + C]``, what
   ``Darknet.forward`` returns (tx, ty, tw, th, objectness logit, class logits);
 - ``decoded``: ``output`` ``[B, N, 5 + C]`` = (cx, cy, w, h) in input pixels, objectness, class
-  probabilities (:func:`turboyolo.postprocess.decode`);
+  probabilities (:func:`turboyolo.model.postprocess.decode`);
 - ``nms``: ``detections`` ``[K, 7]`` = (batch index, x1, y1, x2, y2, score, class) in input pixels,
   Darknet's multi-label rule (objectness and objectness x class probability above ``conf_thres``) and
   per-class NMS by ONNX ``NonMaxSuppression``; ``max_det`` caps detections per image and class.
@@ -31,7 +31,7 @@ from torch import nn
 from turboyolo.boxes import cxcywh_to_xyxy
 from turboyolo.errors import ConfigError
 from turboyolo.model.darknet import Darknet
-from turboyolo.postprocess import decode
+from turboyolo.model.postprocess import decode
 
 EXPORTERS = ("dynamo", "torchscript")
 

@@ -79,7 +79,7 @@ def split_images(data: str | Path, split: str) -> list[Path]:
 
 
 def yolo_rows(prediction) -> np.ndarray:
-    """A :class:`~turboyolo.predict.Prediction` -> YOLO rows ``[n, 5]`` (cls, cx, cy, w, h relative)."""
+    """A :class:`~turboyolo.infer.predict.Prediction` -> YOLO rows ``[n, 5]`` (cls, cx, cy, w, h relative)."""
     boxes = np.asarray(prediction.boxes, np.float64).reshape(-1, 4)
     width, height = prediction.width, prediction.height
     return np.column_stack(

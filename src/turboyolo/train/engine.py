@@ -18,9 +18,9 @@ from torch import nn
 
 from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
-from turboyolo.loss import LOSS_NAMES, YoloLoss
-from turboyolo.metrics import EvalResult, coco_evaluate, detections_to_coco, yolo_to_coco_gt
-from turboyolo.optim import ModelEMA, Schedule, lr_at, set_lr
+from turboyolo.train.loss import LOSS_NAMES, YoloLoss
+from turboyolo.train.metrics import EvalResult, coco_evaluate, detections_to_coco, yolo_to_coco_gt
+from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
 
 
 class NonFiniteLoss(TurboYoloError):
@@ -98,7 +98,7 @@ def train_one_epoch(
         num_batches: mini-batches in the whole epoch (the last iteration of the epoch may be partial).
         on_iteration: called after every update with the state and the logged values (or ``{}`` between
             log points); returning True stops the epoch early (checkpoint/limit handling lives there).
-        progress: a :class:`turboyolo.logging.Progress` or None.
+        progress: a :class:`turboyolo.train.logger.Progress` or None.
 
     Returns the epoch's mean loss terms per image, images/s and data-wait share.
     """
@@ -236,7 +236,7 @@ def evaluate(
     Returns the result and, for the first ``keep_predictions`` images, (path, detections [n, 6]).
     """
     from turboyolo.boxes import Letterbox
-    from turboyolo.postprocess import decode, postprocess
+    from turboyolo.model.postprocess import decode, postprocess
 
     was_training = model.training
     model.eval()
@@ -277,7 +277,7 @@ def evaluate(
 def _gather_shards(paths, dets, gts, sizes):
     """Under torchrun every rank evaluated its shard: collect them on rank 0 and drop the sampler's
     padding (images repeated to even out the shards). Other ranks get ``None``s back."""
-    from turboyolo import distributed
+    from turboyolo.train import distributed
 
     shards = distributed.all_gather_objects((paths, dets, gts, sizes))
     if len(shards) == 1:

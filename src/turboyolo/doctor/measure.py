@@ -1,8 +1,8 @@
-"""Measuring the stages :mod:`turboyolo.doctor` reasons about, on the user's data and hardware.
+"""Measuring the stages :mod:`turboyolo.doctor.verdict` reasons about, on the user's data and hardware.
 
 Every per-image stage is timed as CPU time of this process (one thread), after a warm-up, over
 ``repeats`` passes of a fixed subset of the split; the median pass is reported. The loader is
-measured with :func:`turboyolo.data.throughput.measure_loader` (CPU of the main process and every
+measured with :func:`turboyolo.doctor.throughput.measure_loader` (CPU of the main process and every
 worker), the step with a device synchronisation around each repeat.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from turboyolo.doctor import GPU_RATES, StageTimings, assumed_step_s
+from turboyolo.doctor.verdict import GPU_RATES, StageTimings, assumed_step_s
 
 
 @dataclass
@@ -75,10 +75,10 @@ def _sync(device: torch.device) -> None:
 def measure_step(spec, options: DoctorOptions) -> tuple[float, object, object]:
     """Median seconds of forward + backward + optimizer on a random mini-batch; also the model and
     optimizer (for the checkpoint measurement)."""
-    from turboyolo.engine import _autocast, StepOptions  # noqa: I001  (private helper, same package)
-    from turboyolo.loss import YoloLoss
+    from turboyolo.train.engine import _autocast, StepOptions  # noqa: I001  (private helper, same package)
+    from turboyolo.train.loss import YoloLoss
     from turboyolo.model.darknet import Darknet
-    from turboyolo.optim import build_optimizer
+    from turboyolo.train.optim import build_optimizer
 
     model = Darknet(spec).to(options.device)
     optimizer = build_optimizer(model, spec.net)
@@ -105,7 +105,7 @@ def measure_step(spec, options: DoctorOptions) -> tuple[float, object, object]:
 
 def measure_checkpoint(model, optimizer, folder: Path) -> tuple[float, float]:
     """(seconds a full-state save blocks training, seconds until it is on disk) with the run's writer."""
-    from turboyolo.checkpoint import CheckpointWriter
+    from turboyolo.train.checkpoint import CheckpointWriter
 
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     writer = CheckpointWriter()
@@ -160,7 +160,7 @@ def measure_device_augment(options: DoctorOptions) -> float:
 
 
 def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=print) -> StageTimings:
-    """All stages on a subset of ``split`` of ``data`` (see :class:`turboyolo.doctor.StageTimings`)."""
+    """All stages on a subset of ``split`` of ``data`` (:class:`turboyolo.doctor.verdict.StageTimings`)."""
     import cv2
 
     from turboyolo.data.augment import AugmentParams, augment_sample, sample_rng
@@ -169,7 +169,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     from turboyolo.data.device_augment import place_on_canvas, plan_sample
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.data.throughput import measure_loader
+    from turboyolo.doctor.throughput import measure_loader
     from turboyolo.errors import DataError
 
     cv2.setNumThreads(1)
@@ -219,7 +219,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     copy_s = measure_copy(options)
 
     from turboyolo.model.darknet import Darknet
-    from turboyolo.optim import build_optimizer
+    from turboyolo.train.optim import build_optimizer
 
     device_augment_s = 0.0
     if options.assume_step_ms is not None:

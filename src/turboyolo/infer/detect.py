@@ -163,7 +163,7 @@ class DetectOptions:
             raise ConfigError(f"--vid-stride must be >= 1, got {vid_stride}")
         tile = getattr(args, "tile", None)
         if tile is not None:
-            from turboyolo.tiling import TileOptions
+            from turboyolo.infer.tiling import TileOptions
 
             TileOptions(tile, args.overlap)  # validates --tile and --overlap
             if args.fast_decode:
@@ -312,8 +312,8 @@ def detect(opts: DetectOptions) -> DetectReport:
     from tqdm import tqdm
 
     from turboyolo.formats.datasets import read_names
+    from turboyolo.infer.predict import Predictor
     from turboyolo.model.loading import build_model
-    from turboyolo.predict import Predictor
 
     spec, weights = resolve_model(opts.cfg, opts.weights)
     model = build_model(spec, weights)
@@ -327,7 +327,7 @@ def detect(opts: DetectOptions) -> DetectReport:
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     predictor = Predictor(model, device=device, img_size=opts.img_size, half=opts.half)
     wanted = class_indices(opts.class_filter, names)
-    from turboyolo.video import split_video_sources
+    from turboyolo.infer.video import split_video_sources
 
     image_sources, videos = split_video_sources(opts.sources)
     items = gather_images(image_sources) if image_sources or not videos else []
@@ -382,7 +382,7 @@ def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, r
     annotated ``<stem>.mp4`` at the source's frame rate divided by the stride."""
     from tqdm import tqdm
 
-    from turboyolo.video import VideoSink, is_stream, open_video, read_frames
+    from turboyolo.infer.video import VideoSink, is_stream, open_video, read_frames
 
     try:
         capture, info = open_video(source)
@@ -411,9 +411,9 @@ def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, r
 
 
 def _detect_tiled(predictor, array: np.ndarray, opts: DetectOptions, wanted):
-    """``--tile``: one image by overlapping full-resolution tiles (:mod:`turboyolo.tiling`)."""
-    from turboyolo.predict import Prediction
-    from turboyolo.tiling import TileOptions, detect_tiled
+    """``--tile``: one image by overlapping full-resolution tiles (:mod:`turboyolo.infer.tiling`)."""
+    from turboyolo.infer.predict import Prediction
+    from turboyolo.infer.tiling import TileOptions, detect_tiled
 
     def predict(arrays):
         return predictor.predict_arrays(

@@ -66,6 +66,6 @@ def test_unlabeled_split_needs_an_entry(boxes_dataset, tiny_cfg, tiny_weights_fi
     args = ["label", "--cfg", str(tiny_cfg), "--weights", str(tiny_weights_file), "--data", str(data)]
     assert main(args) == 1
     data.write_text(f"path: {boxes_dataset}\ntrain: images\nval: images\nunlabeled: images\nnames: [obj]\n")
-    from turboyolo.labeling import split_images
+    from turboyolo.infer.labeling import split_images
 
     assert len(split_images(data, "unlabeled")) == 6
