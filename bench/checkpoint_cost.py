@@ -23,9 +23,9 @@ from pathlib import Path
 
 
 def build_state():
-    from turboyolo.train.checkpoint import FORMAT, VERSION, rng_state
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.zoo import make_spec
+    from turboyolo.train.checkpoint import FORMAT, VERSION, rng_state
     from turboyolo.train.optim import ModelEMA, build_optimizer
 
     spec = make_spec("yolov3", num_classes=80)

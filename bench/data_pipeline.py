@@ -42,7 +42,7 @@ from turboyolo.commands.bench import cpu_model, measure_loader
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.decode import load_image
-from turboyolo.data.loader import build_loader
+from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.formats.labels import write_yolo_labels
 

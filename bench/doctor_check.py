@@ -27,7 +27,7 @@ from data_pipeline import fetch_photos, make_dataset  # noqa: E402
 from turboyolo.commands.bench import measure_loader  # noqa: E402
 from turboyolo.data.augment import AugmentParams  # noqa: E402
 from turboyolo.data.cache import prepare_cache  # noqa: E402
-from turboyolo.data.loader import build_loader  # noqa: E402
+from turboyolo.data.pipeline import build_loader  # noqa: E402
 from turboyolo.data.scan import scan_dataset  # noqa: E402
 
 

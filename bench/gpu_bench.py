@@ -59,8 +59,8 @@ def make_data(photos: Path, root: Path, copies: int) -> Path:
 
 def setup(args):
     from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.train.loss import YoloLoss
     from turboyolo.model.darknet import Darknet
+    from turboyolo.train.loss import YoloLoss
     from turboyolo.train.optim import build_optimizer
 
     device = torch.device(args.device)
@@ -130,7 +130,7 @@ def ceiling(args) -> dict:
 def ours(args, augment_on: str) -> dict:
     from turboyolo.data.augment import AugmentParams
     from turboyolo.data.cache import prepare_cache
-    from turboyolo.data.loader import build_loader
+    from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
     from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
     from turboyolo.train.gpu_monitor import GpuMonitor

@@ -22,11 +22,10 @@ import torch
 
 from turboyolo import assets
 from turboyolo.data.trees import DATA_PREFIX, TILE
-from turboyolo.infer.detect import resolve_model
 from turboyolo.formats.labels import read_voc_xml
-from turboyolo.model.loading import build_model
 from turboyolo.infer.predict import Predictor
 from turboyolo.infer.tiling import TileOptions, detect_tiled
+from turboyolo.model.loading import build_model, resolve_model
 
 STEM = "2019_YELL_2_528000_4978000_image_crop2"
 

@@ -65,10 +65,10 @@ def ours(cfg: Path, size: int, batch: int, steps: int, warmup: int, ema: bool, c
          compile_model: bool, threads: int) -> list[float]:
     import torch
 
-    from turboyolo.train.engine import StepOptions, TrainState, _step
     from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.train.loss import YoloLoss
     from turboyolo.model.darknet import Darknet
+    from turboyolo.train.engine import StepOptions, TrainState, _step
+    from turboyolo.train.loss import YoloLoss
     from turboyolo.train.optim import ModelEMA, Schedule
 
     torch.set_num_threads(threads)

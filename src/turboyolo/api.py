@@ -39,13 +39,11 @@ def load(
         cfg: the Darknet ``.cfg``; needed for ``.weights`` files other than pinned assets.
         img_size: network input side (or ``(width, height)``); default: the cfg's.
     """
-    import torch
-
-    from turboyolo.infer.detect import resolve_model
-    from turboyolo.model.loading import build_model
+    from turboyolo.devices import resolve_device
+    from turboyolo.model.loading import build_model, resolve_model
 
     spec, path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(device)
     size = (img_size, img_size) if isinstance(img_size, int) else img_size
     return Predictor(build_model(spec, path), device=device, img_size=size, half=half)
 

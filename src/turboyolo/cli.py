@@ -36,13 +36,19 @@ class FlagParser(argparse.ArgumentParser):
     """ArgumentParser that also accepts the underscore spelling of every hyphenated long flag."""
 
     def add_argument(self, *names, **kwargs):  # type: ignore[override]
-        extra = []
-        for name in names:
-            if name.startswith("--") and "-" in name[2:]:
-                alias = "--" + name[2:].replace("-", "_")
-                if alias not in names:
-                    extra.append(alias)
-        return super().add_argument(*names, *extra, **kwargs)
+        return super().add_argument(*names, *underscore_aliases(names), **kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        plain = group.add_argument
+        group.add_argument = lambda *names, **kw: plain(*names, *underscore_aliases(names), **kw)
+        return group
+
+
+def underscore_aliases(names) -> list[str]:
+    """``--conf-thres`` -> ``[--conf_thres]`` (the spellings not already among ``names``)."""
+    aliases = ["--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]]
+    return [alias for alias in aliases if alias not in names]
 
 
 def add_model_flags(parser: argparse.ArgumentParser, weights_required: bool = False) -> None:

@@ -23,3 +23,7 @@ class DataError(TurboYoloError):
 
 class AssetError(TurboYoloError):
     """A pinned download that could not be fetched or verified."""
+
+
+class FlagError(TurboYoloError):
+    """A command-line value (or the matching Python API argument) that cannot work."""

@@ -8,7 +8,8 @@ from synth import make_image_folder as make_dataset
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.device_loader import CanvasBatch
-from turboyolo.data.loader import build_loader, move_to_device
+from turboyolo.data.loader import move_to_device
+from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.errors import DataError
 
@@ -122,8 +123,8 @@ def test_errors_name_the_flag(samples):
 def test_train_with_device_augmentation_resumes_exactly(tmp_path):
     from synth import make_dataset as make_train_set
     from synth import micro_cfg
-    from turboyolo.commands.train import fit
     from turboyolo.train.config import TrainConfig
+    from turboyolo.train.fit import fit
 
     data = make_train_set(tmp_path / "data", 8, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=4, subdivisions=2, learning_rate=0.01, burn_in=2,
@@ -133,9 +134,10 @@ def test_train_with_device_augmentation_resumes_exactly(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        straight = fit(TrainConfig(project=str(tmp_path / "a"), **common), quiet=True)
-        first = fit(TrainConfig(project=str(tmp_path / "b"), **common), stop_at_iteration=3, quiet=True)
-        resumed = fit(TrainConfig(resume=str(first / "weights" / "last.pt")), quiet=True)
+        straight = fit(TrainConfig.build(project=str(tmp_path / "a"), **common), quiet=True).run_dir
+        first = fit(TrainConfig.build(project=str(tmp_path / "b"), **common), stop_at_iteration=3,
+                    quiet=True).run_dir
+        resumed = fit(TrainConfig.build(resume=str(first / "weights" / "last.pt")), quiet=True).run_dir
     finally:
         torch.set_num_threads(threads)
     a = torch.load(straight / "weights" / "last.pt", weights_only=True)["model"]

@@ -5,7 +5,7 @@ from PIL import Image
 
 from synth import make_image_folder as make_dataset
 from turboyolo.data.augment import AugmentParams
-from turboyolo.data.loader import build_loader
+from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 
 

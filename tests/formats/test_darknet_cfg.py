@@ -98,12 +98,15 @@ def test_unsupported_keys_are_errors():
 
 
 def test_unknown_harmless_key_kept_and_warned_once():
-    text = TINY_NET + "mosaic=1\n" + HEAD + "iou_normalizer=0.07\n"
+    text = TINY_NET + "made_up_key=1\nmosaic=1\n" + HEAD + "iou_normalizer=0.07\n"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         spec = parse_cfg_text(text)
-    assert ("mosaic", "1") in spec.net.extra
+    assert ("made_up_key", "1") in spec.net.extra
     assert len([w for w in caught if "iou_normalizer" in str(w.message)]) == 1
+    assert "made_up_key=1" in format_cfg(spec)
+    # mosaic is a [net] key turboyolo trains with (AlexeyAB's), read without a warning
+    assert spec.net.mosaic == 1.0 and not [w for w in caught if "mosaic" in str(w.message)]
     assert "mosaic=1" in format_cfg(spec)
 
 

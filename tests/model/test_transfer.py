@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from turboyolo.commands.train import load_pretrained
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.loading import load_darknet_weights
+from turboyolo.model.loading import load_darknet_weights, load_pretrained
 from turboyolo.model.zoo import make_spec
 
 TREE_ANCHORS = ((16, 17), (25, 29), (37, 35), (44, 49), (59, 59), (85, 86))
@@ -18,7 +17,7 @@ def test_coco_weights_into_one_class_tiny(tiny_weights):
     model = Darknet(make_spec("yolov3-tiny", num_classes=1, anchors=TREE_ANCHORS))
     before = {name: t.clone() for name, t in model.state_dict().items()}
 
-    lines, fresh = load_pretrained(model, tiny_weights, return_skipped=True)
+    lines, fresh = load_pretrained(model, tiny_weights)
 
     message = " ".join(lines)
     assert "heads [15, 22]" in message and "class outputs new" in message
@@ -42,5 +41,5 @@ def test_coco_weights_into_one_class_tiny(tiny_weights):
 
 def test_same_class_count_loads_everything(tiny_weights):
     model = Darknet(make_spec("yolov3-tiny"))
-    lines, fresh = load_pretrained(model, tiny_weights, return_skipped=True)
+    lines, fresh = load_pretrained(model, tiny_weights)
     assert fresh == [] and "all layers" in lines[0]

@@ -81,7 +81,8 @@ def _one_iteration(model, subdivisions, images, targets):
         rows = targets[(targets[:, 0] >= start) & (targets[:, 0] < start + mini)].clone()
         rows[:, 0] -= start
         batches.append((images[start : start + mini], rows, None))
-    train_one_epoch(state, batches, len(batches), StepOptions(clip_norm=0.0))
+    for _ in train_one_epoch(state, batches, len(batches), StepOptions(clip_norm=0.0)):
+        pass
     assert state.iteration == 1
     return {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -114,7 +115,7 @@ def test_non_finite_loss_names_iteration_and_checkpoint(tmp_path):
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
     bad = torch.tensor([[0, 0, 0.5, 0.5, float("nan"), 0.2]])
     with pytest.raises(NonFiniteLoss, match=r"iteration 1 .*runs/x/weights/last.pt"):
-        train_one_epoch(state, [(images, bad, None)], 1, StepOptions(log_interval=1))
+        list(train_one_epoch(state, [(images, bad, None)], 1, StepOptions(log_interval=1)))
 
 
 def test_ratio_assignment_and_iou_objectness(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from synth import make_dataset, micro_cfg
-from turboyolo.commands.train import fit
 from turboyolo.train.config import TrainConfig
+from turboyolo.train.fit import fit
 from turboyolo.train.logger import read_results
 
 
@@ -29,7 +29,7 @@ def _config(cfg: Path, data: Path, project: Path, **changes) -> TrainConfig:
         bn_momentum=0.1,
     )
     values.update(changes)
-    return TrainConfig(**values)
+    return TrainConfig.build(**values)
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_overfits_four_images(tmp_path):
     run = fit(
         _config(cfg, data, tmp_path / "runs", epochs=90, evaluation_interval=30, augment=False, ema=False),
         quiet=True,
-    )
+    ).run_dir
     rows = read_results(run / "results.csv")
     assert float(rows[-1]["mAP50"]) >= 0.9, rows[-1]
     assert (run / "results.png").exists() and (run / "weights" / "best.weights").exists()
@@ -51,7 +51,7 @@ def test_time_limit_mid_epoch_evaluates_the_final_weights(tmp_path, capsys):
     # the first, in the middle of epoch 1, before any regular evaluation.
     data = make_dataset(tmp_path / "data", 8, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
-    run = fit(_config(cfg, data, tmp_path / "runs", evaluation_interval=1, time_limit_min=1e-6))
+    run = fit(_config(cfg, data, tmp_path / "runs", evaluation_interval=1, time_limit_min=1e-6)).run_dir
     out = capsys.readouterr().out
     assert "time limit at iteration 1 (epoch 1 unfinished): mAP@0.5" in out
     state = torch.load(run / "weights" / "last.pt", weights_only=True)
@@ -76,11 +76,11 @@ def test_resume_mid_epoch_is_exact(tmp_path):
         tmp_path / "micro.cfg", batch=4, subdivisions=2, learning_rate=0.01, burn_in=2, max_batches=5
     )
     common = dict(workers=1, evaluation_interval=1)
-    straight = fit(_config(cfg, data, tmp_path / "a", **common), quiet=True)
-    first = fit(_config(cfg, data, tmp_path / "b", **common), stop_at_iteration=3, quiet=True)
+    straight = fit(_config(cfg, data, tmp_path / "a", **common), quiet=True).run_dir
+    first = fit(_config(cfg, data, tmp_path / "b", **common), stop_at_iteration=3, quiet=True).run_dir
     saved = torch.load(first / "weights" / "last.pt", weights_only=True)
     assert (saved["iteration"], saved["epoch"], saved["epoch_batches"]) == (3, 1, 2)
-    resumed = fit(TrainConfig(resume=str(first / "weights" / "last.pt")), quiet=True)
+    resumed = fit(TrainConfig.build(resume=str(first / "weights" / "last.pt")), quiet=True).run_dir
     assert resumed == first
     a, b = _train_state(straight / "weights" / "last.pt"), _train_state(resumed / "weights" / "last.pt")
     assert a.keys() == b.keys()
@@ -96,9 +96,9 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path, writer)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01, max_batches=6)
     project = tmp_path / "runs"
     script = (
-        "from turboyolo.commands.train import fit\n"
+        "from turboyolo.train.fit import fit\n"
         "from turboyolo.train.config import TrainConfig\n"
-        f"fit(TrainConfig(cfg={str(cfg)!r}, data={str(data)!r}, epochs=3, workers=0,"
+        f"fit(TrainConfig.build(cfg={str(cfg)!r}, data={str(data)!r}, epochs=3, workers=0,"
         f" project={str(project)!r}, evaluation_interval=0, checkpoint_interval=1), quiet=True)\n"
     )
     # die inside the 2nd write (epoch 2), in the forked writer or the writer thread
@@ -110,7 +110,7 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path, writer)
     assert "last.pt" in names and "epoch1.pt" in names and "epoch2.pt" not in names, names
     last = torch.load(weights / "last.pt", weights_only=True)
     assert last["epoch"] == 1 and last["iteration"] == 2  # the previous, complete checkpoint
-    run = fit(TrainConfig(resume=str(weights / "last.pt")), quiet=True)
+    run = fit(TrainConfig.build(resume=str(weights / "last.pt")), quiet=True).run_dir
     assert torch.load(run / "weights" / "last.pt", weights_only=True)["iteration"] == 6
     for path in (run / "weights").glob("*.pt"):
         torch.load(path, weights_only=True)  # every checkpoint loads without running code
@@ -120,7 +120,6 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path, writer)
 
 def test_train_flags_accept_pytorch_yolov3_names():
     from turboyolo.cli import build_parser
-    from turboyolo.commands.train import config_from_args
 
     args = build_parser().parse_args(
         [
@@ -158,35 +157,37 @@ def test_train_flags_accept_pytorch_yolov3_names():
             "1.5",
         ]
     )
-    config = config_from_args(args)
-    assert (config.cfg, config.data, config.weights, config.workers) == ("a.cfg", "d.data", "w.weights", 2)
-    assert (config.checkpoint_interval, config.evaluation_interval, config.multiscale) == (5, 2, True)
-    assert (config.iou_thres, config.conf_thres, config.nms_thres) == (0.6, 0.2, 0.4)
-    assert (config.project, config.seed, config.img_size, config.time_limit_min) == ("logs", 0, 320, 1.5)
-    assert config.val_img_size == 416
+    config = TrainConfig.from_flags(args)
+    get = config.get
+    assert (config.cfg, config.data, config.weights, get("workers")) == ("a.cfg", "d.data", "w.weights", 2)
+    assert (get("checkpoint_interval"), get("evaluation_interval"), get("multiscale")) == (5, 2, True)
+    assert (get("iou_thres"), get("conf_thres"), get("nms_thres")) == (0.6, 0.2, 0.4)
+    assert (get("project"), get("seed"), get("img_size"), get("time_limit_min")) == ("logs", 0, 320, 1.5)
+    assert get("val_img_size") == 416
+    assert get("epochs") == 3 and get("batch") is None  # a flag not passed stays unset
 
 
 def test_evaluation_size_can_differ_from_training(tmp_path):
-    from turboyolo.commands.train import _loaders
     from turboyolo.formats.darknet_cfg import parse_cfg
+    from turboyolo.train.loaders import build_loaders
 
     data = make_dataset(tmp_path / "data", 2, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)  # 64 x 64
     config = _config(cfg, data, tmp_path / "runs", val_img_size=96)
-    train, val, _ = _loaders(config, parse_cfg(cfg), 2)
-    assert next(iter(train))[0].shape[-2:] == (64, 64)
-    assert next(iter(val))[0].shape[-2:] == (96, 96)
+    data = build_loaders(config, parse_cfg(cfg), 2)
+    assert next(iter(data.train))[0].shape[-2:] == (64, 64)
+    assert next(iter(data.val))[0].shape[-2:] == (96, 96)
 
 
 def test_bad_flags_name_the_flag():
-    from turboyolo.train.config import FlagError
+    from turboyolo.errors import FlagError
 
     with pytest.raises(FlagError, match="--img-size"):
-        TrainConfig(cfg="a.cfg", data="d.data", img_size=100)
+        TrainConfig.build(cfg="a.cfg", data="d.data", img_size=100)
     with pytest.raises(FlagError, match="--val-img-size"):
-        TrainConfig(cfg="a.cfg", data="d.data", val_img_size=100)
+        TrainConfig.build(cfg="a.cfg", data="d.data", val_img_size=100)
     with pytest.raises(FlagError, match="--data"):
-        TrainConfig(cfg="a.cfg")
+        TrainConfig.build(cfg="a.cfg")
 
 
 @pytest.mark.slow

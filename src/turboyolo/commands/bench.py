@@ -41,7 +41,7 @@ def bench_data(data: str | Path, *, split: str = "train", img_size: int = 416, w
 
     from turboyolo.data.augment import AugmentParams
     from turboyolo.data.cache import prepare_cache
-    from turboyolo.data.loader import build_loader
+    from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
 
     cv2.setNumThreads(1)

@@ -44,15 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    import torch
-
     from turboyolo.data.loader import default_workers
+    from turboyolo.devices import amp_dtype_for, resolve_device
     from turboyolo.doctor.measure import DoctorOptions, measure
     from turboyolo.doctor.verdict import diagnose, render_markdown
+    from turboyolo.errors import FlagError
     from turboyolo.formats.darknet_cfg import parse_cfg
     from turboyolo.rundir import next_run_dir
-    from turboyolo.train.config import FlagError
-    from turboyolo.train.engine import amp_dtype_for
 
     if not args.cfg:
         raise FlagError("--model/--cfg is required: the Darknet .cfg you train (e.g. `turboyolo cfg yolov3 "
@@ -69,12 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if batch % subdivisions:
         raise FlagError(f"batch {batch} is not a multiple of subdivisions {subdivisions} "
                         "(--batch/--subdivisions)")
-    name = args.device
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(f"cuda:{name}" if name.isdigit() else name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FlagError(f"--device {args.device}: no CUDA device here; use --device cpu with --assume-gpu")
+    device = resolve_device(args.device)
     cpus = default_workers() + 1
     workers = default_workers() if args.workers is None else args.workers
     if args.worker_counts:

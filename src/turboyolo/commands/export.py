@@ -36,9 +36,8 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from turboyolo.errors import ConfigError
-    from turboyolo.infer.detect import resolve_model
     from turboyolo.infer.export import ExportOptions, compare_with_torch, export_onnx
-    from turboyolo.model.loading import build_model
+    from turboyolo.model.loading import build_model, resolve_model
     from turboyolo.rundir import next_run_dir
 
     try:

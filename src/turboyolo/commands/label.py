@@ -30,13 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import torch
-
+    from turboyolo.devices import resolve_device
     from turboyolo.errors import ConfigError
-    from turboyolo.infer.detect import resolve_model
     from turboyolo.infer.labeling import LabelOptions, auto_label, split_images
     from turboyolo.infer.predict import Predictor
-    from turboyolo.model.loading import build_model
+    from turboyolo.model.loading import build_model, resolve_model
     from turboyolo.rundir import next_run_dir
 
     for flag, value in (("--conf-thres", args.conf_thres), ("--nms-thres", args.nms_thres)):
@@ -45,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     images = split_images(args.data, args.split)
     spec, weights = resolve_model(args.cfg, args.weights)
     img_size = (args.img_size[0], args.img_size[-1]) if args.img_size else None
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(args.device)
     predictor = Predictor(build_model(spec, weights), device=device, img_size=img_size)
     opts = LabelOptions(
         data=args.data,

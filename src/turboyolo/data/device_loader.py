@@ -14,7 +14,6 @@ CUDA), shared memory in a worker process (so sending it to the main process copi
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -170,21 +169,11 @@ class DeviceAugmentLoader(DetectionLoader):
                                            num_workers=workers, collate_fn=_whole_batch,
                                            pin_memory=self.pin_memory and workers > 0, **kwargs)
 
-    def remaining(self, skip: int):
-        """The batches of the current epoch after the first ``skip`` (mid-epoch resume)."""
-        sampler = self.batch_sampler
-
-        class _Tail(torch.utils.data.Sampler):
-            def __iter__(self):
-                return itertools.islice(iter(sampler), skip, None)
-
-            def __len__(self):
-                return max(len(sampler) - skip, 0)
-
+    def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         if self.workers == 0:
-            return self._make(_Tail(), 0)
+            return self._make(sampler, 0)
         # a one-off loader: one non-persistent worker (the dataset's buffers come from shared memory)
-        return torch.utils.data.DataLoader(self.dataset, sampler=_Tail(), batch_size=None, num_workers=1,
+        return torch.utils.data.DataLoader(self.dataset, sampler=sampler, batch_size=None, num_workers=1,
                                            collate_fn=_whole_batch, pin_memory=self.pin_memory,
                                            worker_init_fn=_worker_init)
 

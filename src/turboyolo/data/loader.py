@@ -13,8 +13,8 @@ not depend on the number of workers, and all ranks agree on the size sequence.
 
 from __future__ import annotations
 
+import itertools
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,6 +238,19 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
             yield [(int(i), self.epoch, int(sizes[b])) for i in chunk]
 
 
+class _Tail(torch.utils.data.Sampler):
+    """The batches of ``sampler``'s current epoch after the first ``skip``."""
+
+    def __init__(self, sampler, skip: int):
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self):
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.skip, 0)
+
+
 def _round_up(size: int) -> int:
     return -(-int(size) // SIZE_STEP) * SIZE_STEP
 
@@ -287,8 +300,25 @@ class DetectionLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
+        return self._tracked(self._loader)
+
+    def remaining(self, skip: int):
+        """The batches of the current epoch after the first ``skip`` (mid-epoch resume).
+
+        Every batch derives from (seed, epoch, index), so skipping in the sampler yields exactly the
+        batches the interrupted run would have seen; no image of the skipped part is decoded.
+        """
+        return self._tracked(self._tail_loader(_Tail(self.batch_sampler, skip)))
+
+    def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
+        # a one-off loader: at most one non-persistent worker for the rest of one epoch
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler, num_workers=min(self.workers, 1),
+                                           collate_fn=collate, pin_memory=self.pin_memory,
+                                           worker_init_fn=_worker_init if self.workers else None)
+
+    def _tracked(self, batches):
         self.epoch_replaced = []
-        for images, targets, metas in self._loader:
+        for images, targets, metas in batches:
             for _, failures in sorted(metas.failures.items()):
                 self.epoch_replaced.extend(failures)
                 self.replaced.extend(failures)
@@ -302,65 +332,6 @@ class DetectionLoader:
         return (f"{len(self.epoch_replaced)} sample(s) failed to load and were replaced this epoch: "
                 + "; ".join(f"{p}: {r}" for p, r in dict(self.epoch_replaced).items())[:2000]
                 + ("" if len(files) < 2 else f" ({len(files)} files)"))
-
-
-def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, augment: AugmentParams | None,
-                 workers: int | None = None, shuffle: bool, seed: int = 0,
-                 multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None,
-                 augment_on: str = "cpu") -> DetectionLoader:
-    """Build the training (``augment`` given) or validation (``augment=None``) loader.
-
-    Args:
-        samples: scanned samples (:func:`turboyolo.data.scan.scan_dataset`).
-        img_size: network input side (multiple of 32).
-        batch_size: images per batch (per rank).
-        augment: training augmentation, or None for letterbox only.
-        workers: loader processes; None = :func:`default_workers`.
-        shuffle: reshuffle every epoch from (seed, epoch).
-        multiscale: (min, max) sizes, multiples of 32; one size per batch.
-        cache: a :class:`turboyolo.data.cache.PreparedCache` over the same samples, or None to decode
-            the original files.
-        rank, world_size: this process's share of every epoch.
-        drop_last: drop the last partial batch.
-        augment_on: ``"cpu"`` (images arrive augmented) or ``"device"``: batches carry uint8 canvases
-            and the per-image warp/colour numbers; :func:`move_to_device` augments on the device
-            (:mod:`turboyolo.data.device_loader`).
-
-    Returns:
-        :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
-    """
-    if not samples:
-        raise DataError("no usable samples; check the scan report for excluded files")
-    decode_size = max(img_size, multiscale[1] if multiscale else 0)
-    if cache is not None:
-        if len(cache) != len(samples):
-            raise DataError(f"prepared cache {cache.root} has {len(cache)} images but the data set "
-                            f"{len(samples)}; rebuild it with `turboyolo prepare`")
-        if cache.size < decode_size:
-            where = cache.root or "(RAM)"
-            warnings.warn(f"prepared cache {where} stores {cache.size} px images but batches go up to "
-                          f"{decode_size} px; they are upscaled (prepare it at {decode_size})", stacklevel=2)
-    if augment_on not in ("cpu", "device"):
-        raise DataError(f"--augment-on {augment_on!r}: use cpu or device")
-    decode_size = _round_up(decode_size) if multiscale else decode_size
-    sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
-                                     multiscale=multiscale, rank=rank, world_size=world_size,
-                                     drop_last=drop_last)
-    if workers is None:
-        workers = default_workers(world_size)
-    if augment_on == "device":
-        from turboyolo.data.device_loader import (
-            DeviceAugmentDataset,
-            DeviceAugmentLoader,
-            check_device_augment,
-        )
-
-        check_device_augment(augment)
-        dataset = DeviceAugmentDataset(samples, augment, decode_size, seed, cache)
-        return DeviceAugmentLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
-    dataset = DetectionDataset(samples, augment, decode_size, seed, cache)
-    return DetectionLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
 
 
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,

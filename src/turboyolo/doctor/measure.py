@@ -167,7 +167,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     from turboyolo.data.cache import estimate_bytes, prepare_cache
     from turboyolo.data.decode import decode_image
     from turboyolo.data.device_augment import place_on_canvas, plan_sample
-    from turboyolo.data.loader import build_loader
+    from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
     from turboyolo.doctor.throughput import measure_loader
     from turboyolo.errors import DataError

@@ -34,6 +34,7 @@ class NetSpec:
     saturation: float = 1.0
     exposure: float = 1.0
     hue: float = 0.0
+    mosaic: float = 0.0  # AlexeyAB's mosaic=1: probability of a 4-image mosaic per training sample
     learning_rate: float = 0.001
     burn_in: int = 0
     power: float = 4.0

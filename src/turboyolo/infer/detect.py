@@ -232,28 +232,6 @@ def gather_images(sources: list[str]) -> list[tuple[Path, Path]]:
     return [(p, p.relative_to(base)) for p in unique]
 
 
-def resolve_model(cfg: str | None, weights: str | None):
-    """(ModelSpec, weights path). ``--weights yolov3-tiny`` fetches the official file and uses the
-    canonical cfg; a checkpoint that carries its cfg needs no ``--cfg``."""
-    from turboyolo import assets
-    from turboyolo.formats.darknet_cfg import parse_cfg, parse_cfg_text
-    from turboyolo.model.loading import is_checkpoint, read_checkpoint
-    from turboyolo.model.zoo import make_spec
-
-    if weights is None:
-        raise ConfigError("--weights is required (a .weights file, a checkpoint, or `yolov3-tiny`)")
-    if not Path(weights).exists() and weights in assets.ASSETS:
-        path = assets.fetch(weights)
-        return (parse_cfg(cfg) if cfg else make_spec(weights, batch=1, subdivisions=1)), path
-    if cfg:
-        return parse_cfg(cfg), Path(weights)
-    if is_checkpoint(weights) and Path(weights).exists():
-        text = read_checkpoint(weights).get("cfg_text")
-        if isinstance(text, str):
-            return parse_cfg_text(text, f"{weights}:cfg"), Path(weights)
-    raise ConfigError("--cfg is required with these weights (Darknet .weights do not say their network)")
-
-
 def class_indices(filters: list[str] | None, names: list[str]) -> list[int] | None:
     if not filters:
         return None
@@ -308,12 +286,12 @@ def run_detection(opts: DetectOptions) -> int:
 
 
 def detect(opts: DetectOptions) -> DetectReport:
-    import torch
     from tqdm import tqdm
 
+    from turboyolo.devices import resolve_device
     from turboyolo.formats.datasets import read_names
     from turboyolo.infer.predict import Predictor
-    from turboyolo.model.loading import build_model
+    from turboyolo.model.loading import build_model, resolve_model
 
     spec, weights = resolve_model(opts.cfg, opts.weights)
     model = build_model(spec, weights)
@@ -324,7 +302,7 @@ def detect(opts: DetectOptions) -> DetectReport:
         raise ConfigError(f"{opts.names}: {len(names)} names but the model has {model.num_classes} classes")
     if opts.coco_ids and model.num_classes != 80:
         raise ConfigError("--coco-ids needs an 80-class model")
-    device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(opts.device)
     predictor = Predictor(model, device=device, img_size=opts.img_size, half=opts.half)
     wanted = class_indices(opts.class_filter, names)
     from turboyolo.infer.video import split_video_sources

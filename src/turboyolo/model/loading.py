@@ -158,3 +158,87 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
     else:
         load_darknet_weights(model, weights)
     return model
+
+
+def load_pretrained(model: Darknet, weights: str | Path, checkpoint: dict | None = None
+                    ) -> tuple[list[str], list[int]]:
+    """Load ``weights`` (Darknet ``.weights`` or a checkpoint) into ``model``: everything whose shape fits.
+
+    Returns lines to print that name what was skipped, and the indices of the layers that kept their
+    initialisation. Darknet's ``seen`` is not carried over (the schedule of this run starts at
+    iteration 1). ``checkpoint``: the checkpoint ``weights`` names, when the caller has already read it.
+    """
+    path = Path(weights)
+    if not path.exists():
+        raise WeightsError(f"{path}: no such weights file (--weights); "
+                           "`turboyolo fetch yolov3-tiny` gets the COCO tiny weights")
+    if is_checkpoint(path):
+        state = checkpoint if checkpoint is not None else read_checkpoint(path)
+        loaded, skipped = load_matching(model, checkpoint_model_state(state))
+        layers = sorted({int(n.split(".")[1]) for n in skipped if n.startswith("layers.")})
+        kept = f"; kept the initialisation of layers {layers} (shapes differ)" if layers else ""
+        return [f"loaded {len(loaded)} tensors from {path}{kept}"], layers
+    try:
+        load_darknet_weights(model, path)
+        return [f"loaded {path} (all layers)"], []
+    except WeightsError:
+        _, skipped, seeded = transfer_darknet_weights(model, path)
+    layers = [index for index in skipped if index not in seeded]
+    line = (f"loaded {path} into every layer whose shape matches (another class count)"
+            + (f"; heads {seeded}: box and objectness outputs from the source, class outputs new"
+               if seeded else "")
+            + (f"; layers {layers} keep their initialisation" if layers else ""))
+    return [line], layers
+
+
+def init_head_priors(model: Darknet, layers) -> None:
+    """Objectness bias of freshly initialised head convolutions in ``layers``: logit(0.01).
+
+    With a zero bias every one of the thousands of cells starts at p = 0.5, so the first iterations
+    are dominated by a huge "no object" loss whose gradient also shakes the pretrained layers.
+    """
+    import math
+
+    with torch.no_grad():
+        for head in model.heads:
+            index = head.layer_index - 1
+            conv = getattr(model.layers[index], "conv", None)
+            if index not in layers or conv is None or conv.bias is None:
+                continue
+            bias = conv.bias.view(len(head.mask), -1)
+            bias[:, 4] = math.log(0.01 / 0.99)
+            bias[:, 5:] = 0.0
+
+
+def export_weights(checkpoint_path: str | Path, spec: ModelSpec, out: str | Path) -> Path:
+    """Darknet ``.weights`` from a checkpoint (its EMA weights when present)."""
+    state = read_checkpoint(checkpoint_path)
+    model = Darknet(spec)
+    model.load_state_dict(checkpoint_model_state(state))
+    return save_darknet_weights(model, out, seen=int(state.get("seen", 0)))
+
+
+def resolve_model(cfg: str | Path | None, weights: str | Path | None) -> tuple[ModelSpec, Path]:
+    """(ModelSpec, weights path) from what ``--cfg`` / ``--weights`` name.
+
+    ``weights`` may be a pinned asset name (``yolov3-tiny``: fetched, with the canonical cfg), a
+    checkpoint that carries its cfg (no ``cfg`` needed), or a ``.weights`` file with its ``cfg``.
+    """
+    from turboyolo import assets
+    from turboyolo.errors import ConfigError
+    from turboyolo.formats.darknet_cfg import parse_cfg_text
+    from turboyolo.model.zoo import make_spec
+
+    if weights is None:
+        raise ConfigError("--weights is required (a .weights file, a checkpoint, or `yolov3-tiny`)")
+    weights = str(weights)
+    if not Path(weights).exists() and weights in assets.ASSETS:
+        path = assets.fetch(weights)
+        return (parse_cfg(cfg) if cfg else make_spec(weights, batch=1, subdivisions=1)), path
+    if cfg:
+        return parse_cfg(cfg), Path(weights)
+    if is_checkpoint(weights) and Path(weights).exists():
+        text = read_checkpoint(weights).get("cfg_text")
+        if isinstance(text, str):
+            return parse_cfg_text(text, f"{weights}:cfg"), Path(weights)
+    raise ConfigError("--cfg is required with these weights (Darknet .weights do not say their network)")

@@ -1,10 +1,11 @@
 """Full-state checkpoints: atomic, written by a background thread, readable with ``weights_only=True``.
 
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (so ``torch.load`` never has to
-run code from the file)::
+run code from the file), built by :func:`checkpoint_dict` and read back by :func:`restore`::
 
     format, version, model, ema (or None), ema_updates, optimizer, scaler, iteration, epoch,
-    epoch_batches (mini-batches of ``epoch`` already consumed), seen, best_fitness, rng, config, cfg_text
+    epoch_batches (mini-batches of ``epoch`` already consumed), epoch_start_sample, world_size,
+    mini_batch, seen, best_fitness, rng, config (TrainConfig.as_dict()), cfg_text
 
 Saving copies every tensor into buffers allocated once and reused (pinned memory on CUDA), hands the
 copy to a writer thread and returns: the training loop blocks only for the copy. The thread writes a
@@ -225,3 +226,52 @@ class CheckpointWriter:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+
+
+def checkpoint_dict(state, config_dict: dict, cfg_text: str) -> dict:
+    """The checkpoint of a :class:`turboyolo.train.engine.TrainState` (see the module docstring)."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": state.model.state_dict(),
+        "ema": state.ema.state_dict() if state.ema is not None else None,
+        "ema_updates": state.ema.updates if state.ema is not None else 0,
+        "optimizer": state.optimizer.state_dict(),
+        "scaler": state.scaler.state_dict() if state.scaler is not None else {},
+        "iteration": state.iteration,
+        "epoch": state.epoch,
+        "epoch_batches": state.epoch_batches,
+        "epoch_start_sample": state.epoch_start_sample,
+        "world_size": state.world_size,
+        "mini_batch": state.images_per_iteration // max(state.subdivisions, 1),
+        "seen": state.seen,
+        "best_fitness": state.best_fitness,
+        "rng": rng_state(),
+        "config": config_dict,
+        "cfg_text": cfg_text,
+    }
+
+
+def restore(state, saved: dict) -> None:
+    """Put a checkpoint's weights, optimizer, EMA, scaler, position and RNG back into ``state``.
+
+    A run resumed on another number of processes continues at the same global sample of the epoch
+    and re-shards what is left of it.
+    """
+    state.model.load_state_dict(saved["model"])
+    state.optimizer.load_state_dict(saved["optimizer"])
+    if state.ema is not None and saved.get("ema") is not None:
+        state.ema.load_state_dict(saved["ema"])
+        state.ema.updates = int(saved.get("ema_updates", 0))
+    if state.scaler is not None and saved.get("scaler"):
+        state.scaler.load_state_dict(saved["scaler"])
+    state.iteration, state.epoch = int(saved["iteration"]), int(saved["epoch"])
+    state.epoch_batches, state.seen = int(saved["epoch_batches"]), int(saved["seen"])
+    state.epoch_start_sample = int(saved.get("epoch_start_sample", 0))
+    saved_world = int(saved.get("world_size", 1))
+    if saved_world != state.world_size and state.epoch_batches:
+        consumed = state.epoch_batches * int(saved.get("mini_batch", 0)) * saved_world
+        state.epoch_start_sample += consumed
+        state.epoch_batches = 0
+    state.best_fitness = float(saved.get("best_fitness", -1.0))
+    set_rng_state(saved.get("rng", {}))

@@ -1,118 +1,339 @@
-"""Typed training / evaluation configs built from the command line; validation names the flag.
+"""Training settings as small grouped dataclasses; the ``turboyolo train`` flags are generated from them.
 
-Darknet ``[net]`` values are the defaults (batch, subdivisions, size, optimizer, schedule); flags
-override them. ``TrainConfig.as_dict()`` is what the run directory and every checkpoint store.
+Each field is declared once, with its help text and flag spellings (PyTorch-YOLOv3's names included), so
+a new option touches one place: its field. Darknet ``[net]`` values are the defaults of the network
+(batch, subdivisions, size, optimizer, schedule); the fields that override them are ``None`` until set.
+
+A flag the user did not pass stays absent from the parsed namespace (``argparse.SUPPRESS``): the config
+knows which values were given, so ``--resume`` can take exactly those (:meth:`TrainConfig.resumed`).
+``TrainConfig.as_dict()`` (nested by group) is what ``config.yaml`` and every checkpoint store;
+:meth:`TrainConfig.from_dict` also reads the flat dict of turboyolo 0.1 checkpoints.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import argparse
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from turboyolo.errors import TurboYoloError
+from turboyolo.devices import AMP_CHOICES
+from turboyolo.errors import FlagError
 
-AMP_CHOICES = ("auto", "off", "bf16", "fp16")
 CACHE_CHOICES = ("none", "ram", "disk")
+AUGMENT_ON_CHOICES = ("cpu", "device")
+BOX_LOSSES = ("darknet", "giou")
 
 
-class FlagError(TurboYoloError):
-    """A command-line value that cannot work."""
+def option(default: Any, help: str, *flags: str, **argparse_kwargs: Any):
+    """A config field with its help text and flag spellings (default: ``--<name with hyphens>``)."""
+    return field(default=default, metadata={"help": help, "flags": flags, "argparse": argparse_kwargs})
+
+
+@dataclass
+class DataArgs:
+    """What the loader feeds the network."""
+
+    img_size: int | None = option(None, "network input side (default: the cfg's width)", type=int)
+    cache: str = option("none", "decode each image once into a prepared cache (`turboyolo prepare` "
+                        "builds the disk one ahead of time)", choices=CACHE_CHOICES)
+    workers: int | None = option(None, "loader worker processes (default: CPUs - 1)", "--workers", "--n-cpu",
+                                 type=int)
+    augment_on: str = option("cpu", "where affine/letterbox, HSV and flip run: the loader's CPU processes, "
+                             "or the training device as batched tensor ops (then the loader only copies "
+                             "cached uint8 images; use with --cache)", choices=AUGMENT_ON_CHOICES)
+
+    def check(self) -> None:
+        _require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
+                 "--img-size must be a multiple of 32")
+        _require(self.cache in CACHE_CHOICES, f"--cache must be one of {', '.join(CACHE_CHOICES)}")
+        _require(self.augment_on in AUGMENT_ON_CHOICES, "--augment-on must be cpu or device")
+        _require(self.workers is None or self.workers >= 0, "--workers must be >= 0")
+
+
+@dataclass
+class ScheduleArgs:
+    """How long the run is and how images group into iterations."""
+
+    epochs: int = option(300, "passes over the training set", "-e", "--epochs", type=int)
+    max_batches: int | None = option(None, "stop after this many iterations (default: the cfg's "
+                                     "max_batches; 0 = epochs only)", type=int)
+    batch: int | None = option(None, "images per iteration (default: the cfg's batch)", type=int)
+    subdivisions: int | None = option(None, "mini-batches per iteration (default: the cfg's)", type=int)
+    time_limit_min: float = option(0.0, "stop after this many minutes of training (0: none)",
+                                   "--time-limit", type=float)
+
+    def check(self) -> None:
+        _require(self.epochs >= 1, "--epochs must be >= 1")
+        _require(self.max_batches is None or self.max_batches >= 0, "--max-batches must be >= 0")
+        _require(self.batch is None or self.batch >= 1, "--batch must be >= 1")
+        _require(self.subdivisions is None or self.subdivisions >= 1, "--subdivisions must be >= 1")
+        _require(self.time_limit_min >= 0, "--time-limit must be >= 0 minutes")
+
+
+@dataclass
+class AugmentArgs:
+    """The training augmentation (the cfg's ``angle``, ``saturation``, ``exposure``, ``hue`` too)."""
+
+    augment: bool = option(True, "augment training images (--no-augment: letterbox only, for debugging)",
+                           action=argparse.BooleanOptionalAction)
+    multiscale: bool = option(False, "draw the input size per batch from 0.67x..1.5x --img-size",
+                              "--multiscale-training", "--multiscale", action="store_true")
+    aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
+                                            metavar=("MIN", "MAX"))
+    mosaic: float | None = option(None, "probability of a 4-image mosaic per training sample (default: "
+                                  "the cfg's [net] mosaic, else 0)", type=float, metavar="P")
+
+    def check(self) -> None:
+        low, high = self.aug_scale
+        _require(0 < low <= high, "--aug-scale needs 0 < MIN <= MAX")
+        _require(self.mosaic is None or 0 <= self.mosaic <= 1, "--mosaic is a probability in [0, 1]")
+
+
+@dataclass
+class LossArgs:
+    """Target assignment and the weights of the loss terms."""
+
+    box_loss: str = option("darknet", "box regression loss", choices=BOX_LOSSES)
+    assign_iou_thresh: float = option(1.0, "also train every anchor whose shape IoU with a box exceeds "
+                                      "this (AlexeyAB's iou_thresh, e.g. 0.213; 1 = best anchor only)",
+                                      "--assign-iou-thres", type=float)
+    anchor_ratio: float = option(0.0, "train every anchor within this w/h factor of a box (YOLOv5: 4; "
+                                 "0 = off)", type=float)
+    obj_iou: bool = option(False, "objectness target = IoU of the assigned prediction instead of 1",
+                           action="store_true")
+    box_gain: float = option(1.0, "multiplier of the box term", type=float)
+    obj_gain: float = option(1.0, "multiplier of the objectness term", type=float)
+    cls_gain: float = option(1.0, "multiplier of the class term", type=float)
+
+    def check(self) -> None:
+        _require(self.box_loss in BOX_LOSSES, f"--box-loss must be one of {', '.join(BOX_LOSSES)}")
+        _require(0 < self.assign_iou_thresh <= 1, "--assign-iou-thres must be in (0, 1]")
+        _require(self.anchor_ratio >= 0, "--anchor-ratio must be >= 0")
+        _require(min(self.box_gain, self.obj_gain, self.cls_gain) >= 0, "loss gains must be >= 0")
+
+
+@dataclass
+class EvalArgs:
+    """When and how the validation split is evaluated."""
+
+    evaluation_interval: int = option(1, "evaluate every N epochs (0: never)", type=int)
+    val_img_size: int | None = option(None, "input side of the evaluations (default: the training size); "
+                                      "small objects trained on random zooms are often found better a "
+                                      "size up", type=int)
+    iou_thres: float = option(0.5, "IoU a detection needs with a ground truth to count as found, for "
+                              "precision / recall / F1 at --conf-thres (AP is always at 0.5 and 0.5:0.95)",
+                              type=float)
+    conf_thres: float = option(0.1, "score where precision, recall and F1 are read", type=float)
+    nms_thres: float = option(0.5, "IoU of per-class NMS in evaluation", type=float)
+    eval_batch: int | None = option(None, "images per evaluation batch (default: 2 x the mini-batch)",
+                                    type=int)
+    verbose: bool = option(False, "print the per-class table every evaluation", "-v", "--verbose",
+                           action="store_true")
+
+    def check(self) -> None:
+        _require(self.evaluation_interval >= 0, "--evaluation-interval must be >= 0 (0: never)")
+        _require(self.val_img_size is None or (self.val_img_size >= 32 and self.val_img_size % 32 == 0),
+                 "--val-img-size must be a multiple of 32")
+        _require(0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
+        _require(0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
+        _require(0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
+        _require(self.eval_batch is None or self.eval_batch >= 1, "--eval-batch must be >= 1")
+
+
+@dataclass
+class RuntimeArgs:
+    """Where and how the step runs; the weights' averaging and what stays frozen."""
+
+    device: str = option("auto", "cpu, cuda, cuda:N, a GPU index N, or auto")
+    amp: str = option("auto", "mixed precision (auto: bf16 or fp16 on CUDA, off on CPU)", choices=AMP_CHOICES)
+    compile: bool = option(False, "torch.compile the model", action="store_true")
+    sync_bn: bool = option(False, "SyncBatchNorm across GPUs under torchrun (CUDA only)", action="store_true")
+    channels_last: bool = option(False, "channels_last memory format", action="store_true")
+    ema: bool = option(True, "evaluate and export an exponential moving average of the weights",
+                       action=argparse.BooleanOptionalAction)
+    ema_decay: float = option(0.9999, "EMA decay (ramps up over --ema-ramp)", type=float)
+    ema_ramp: float = option(2000.0, "iterations of the EMA decay ramp (short runs: ~20)", type=float)
+    clip_norm: float = option(10.0, "gradient-norm clip (0: off)", type=float)
+    freeze: int = option(0, "keep the first N layers (weights and BN statistics) as loaded", type=int)
+    bn_momentum: float | None = option(None, "BatchNorm momentum (default: Darknet's 0.01; short runs want "
+                                       "0.03-0.1)", type=float)
+    seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
+
+    def check(self) -> None:
+        self.seed = max(self.seed, 0)
+        _require(self.amp in AMP_CHOICES, f"--amp must be one of {', '.join(AMP_CHOICES)}")
+        _require(0 < self.ema_decay < 1, "--ema-decay must be in (0, 1)")
+        _require(self.ema_ramp > 0, "--ema-ramp must be > 0")
+        _require(self.clip_norm >= 0, "--clip-norm must be >= 0 (0: off)")
+        _require(self.freeze >= 0, "--freeze must be >= 0 (a layer count)")
+        _require(self.bn_momentum is None or 0 < self.bn_momentum < 1, "--bn-momentum must be in (0, 1)")
+
+
+@dataclass
+class OutputArgs:
+    """Where the run writes, what it keeps and where it logs."""
+
+    project: str = option("runs/train", "parent folder of run directories", "--project", "--logdir")
+    name: str = option("exp", "run directory name (exp, exp2, ... when taken)")
+    exist_ok: bool = option(False, "reuse <project>/<name> if it exists", action="store_true")
+    checkpoint_interval: int = option(1, "also keep weights/epoch<N>.pt every N epochs (0: last.pt and "
+                                      "best.pt only)", type=int)
+    wandb: bool = option(False, "also log to Weights & Biases (WANDB_MODE=offline works)", action="store_true")
+    log_interval: int = option(10, "iterations between loss readouts (one device sync each)", type=int)
+
+    def check(self) -> None:
+        _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0 (0: last/best only)")
+        _require(self.log_interval >= 1, "--log-interval must be >= 1")
+
+
+GROUPS: dict[str, type] = {
+    "data_args": DataArgs,
+    "schedule": ScheduleArgs,
+    "augment": AugmentArgs,
+    "loss": LossArgs,
+    "eval": EvalArgs,
+    "runtime": RuntimeArgs,
+    "output": OutputArgs,
+}
+# What --resume takes from the command line; everything else that shapes the numbers is the run's own.
+RESUMABLE = ("epochs", "max_batches", "time_limit_min", "workers", "device", "wandb", "verbose")
 
 
 @dataclass
 class TrainConfig:
-    """``turboyolo train`` settings (PyTorch-YOLOv3 flag names in comments where they differ)."""
+    """``turboyolo train`` settings: the inputs, then one group per concern.
 
-    cfg: str = ""  # --model/-m
-    data: str = ""  # --data/-d
-    weights: str | None = None  # --pretrained_weights
+    Build one with :meth:`build` (flat keyword names, as the flags), :meth:`from_flags` (parsed
+    arguments) or :meth:`from_dict` (a checkpoint's or ``config.yaml``'s copy).
+    """
+
+    cfg: str = ""
+    data: str = ""
+    weights: str | None = None
     resume: str | None = None
-    epochs: int = 300
-    max_batches: int | None = None  # None: the cfg's; 0: no limit (epochs decide)
-    batch: int | None = None  # None: the cfg's
-    subdivisions: int | None = None
-    img_size: int | None = None
-    val_img_size: int | None = None  # None: the training size (small objects: evaluate larger)
-    workers: int | None = None  # --n_cpu
-    device: str = "auto"
-    amp: str = "auto"
-    cache: str = "none"
-    augment_on: str = "cpu"  # cpu | device: warp + colour as batched tensor ops after the copy
-    ema: bool = True
-    compile: bool = False
-    sync_bn: bool = False  # SyncBatchNorm under torchrun (CUDA only)
-    channels_last: bool = False
-    multiscale: bool = False  # --multiscale_training
-    augment: bool = True  # False: letterbox only (overfitting tests, debugging)
-    aug_scale_min: float = 0.75  # random zoom range of the training augmentation
-    aug_scale_max: float = 1.25
-    checkpoint_interval: int = 1
-    evaluation_interval: int = 1
-    iou_thres: float = 0.5
-    conf_thres: float = 0.1
-    nms_thres: float = 0.5
-    eval_batch: int | None = None  # None: 2 x the training mini-batch
-    clip_norm: float = 10.0
-    freeze: int = 0  # layers [0, freeze) keep their loaded weights and BN statistics
-    ema_decay: float = 0.9999
-    ema_ramp: float = 2000.0  # iterations over which the EMA decay ramps up (short runs: ~20)
-    bn_momentum: float | None = None  # None: Darknet's 0.01; short runs want 0.03-0.1
-    box_loss: str = "darknet"
-    anchor_ratio: float = 0.0  # > 0: every anchor within this w/h factor of a box trains on it (YOLOv5: 4)
-    obj_iou: bool = False  # objectness target = IoU of the assigned prediction (YOLOv5) instead of 1
-    box_gain: float = 1.0  # multipliers of the loss terms (per-image sums)
-    obj_gain: float = 1.0
-    cls_gain: float = 1.0
-    assign_iou_thresh: float = 1.0  # AlexeyAB's iou_thresh: extra anchors per box above this shape IoU
-    seed: int = 0  # -1: PyTorch-YOLOv3's "no seed" (we still seed, with 0)
-    project: str = "runs/train"  # --logdir
-    name: str = "exp"
-    exist_ok: bool = False
-    wandb: bool = False
-    verbose: bool = False
-    time_limit_min: float = 0.0  # 0: none
-    log_interval: int = 10
+    data_args: DataArgs = field(default_factory=DataArgs)
+    schedule: ScheduleArgs = field(default_factory=ScheduleArgs)
+    augment: AugmentArgs = field(default_factory=AugmentArgs)
+    loss: LossArgs = field(default_factory=LossArgs)
+    eval: EvalArgs = field(default_factory=EvalArgs)
+    runtime: RuntimeArgs = field(default_factory=RuntimeArgs)
+    output: OutputArgs = field(default_factory=OutputArgs)
+    given: tuple[str, ...] = ()  # option names set explicitly (flags passed, keywords given)
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.epochs >= 1, "--epochs must be >= 1"),
-            (self.amp in AMP_CHOICES, f"--amp must be one of {', '.join(AMP_CHOICES)}"),
-            (self.cache in CACHE_CHOICES, f"--cache must be one of {', '.join(CACHE_CHOICES)}"),
-            (self.augment_on in ("cpu", "device"), "--augment-on must be cpu or device"),
-            (self.batch is None or self.batch >= 1, "--batch must be >= 1"),
-            (self.subdivisions is None or self.subdivisions >= 1, "--subdivisions must be >= 1"),
-            (
-                self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
-                "--img-size must be a multiple of 32",
-            ),
-            (
-                self.val_img_size is None or (self.val_img_size >= 32 and self.val_img_size % 32 == 0),
-                "--val-img-size must be a multiple of 32",
-            ),
-            (self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0 (0: last/best only)"),
-            (self.evaluation_interval >= 0, "--evaluation-interval must be >= 0 (0: never)"),
-            (0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]"),
-            (0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)"),
-            (0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]"),
-            (self.freeze >= 0, "--freeze must be >= 0 (a layer count)"),
-            (0 < self.aug_scale_min <= self.aug_scale_max, "--aug-scale needs 0 < MIN <= MAX"),
-            (0 < self.ema_decay < 1, "--ema-decay must be in (0, 1)"),
-            (self.box_loss in ("darknet", "giou"), "--box-loss must be darknet or giou"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise FlagError(message)
+        for group in GROUPS:
+            getattr(self, group).check()
         if not self.cfg and not self.resume:
-            raise FlagError(
-                "--model/--cfg is required (a Darknet .cfg; `turboyolo cfg` writes one), "
-                "unless --resume names a checkpoint"
-            )
+            raise FlagError("--model/--cfg is required (a Darknet .cfg; `turboyolo cfg` writes one), "
+                            "unless --resume names a checkpoint")
         if not self.data and not self.resume:
             raise FlagError("--data is required (a .data file or data.yaml)")
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(cls, cfg: str = "", data: str = "", weights: str | None = None, resume: str | None = None,
+              **options: Any) -> TrainConfig:
+        """From flat option names (``epochs=5, cache="ram"``), the Python API's spelling of the flags."""
+        groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
+        for name, value in options.items():
+            group = OPTION_GROUP.get(name)
+            if group is None:
+                raise FlagError(f"unknown training option {name!r}; see `turboyolo train -h`")
+            groups[group][name] = tuple(value) if isinstance(value, list) else value
+        made = {group: GROUPS[group](**values) for group, values in groups.items()}
+        return cls(cfg=str(cfg or ""), data=str(data or ""), weights=str(weights) if weights else None,
+                   resume=str(resume) if resume else None, given=tuple(options), **made)
+
+    @classmethod
+    def from_flags(cls, args: argparse.Namespace) -> TrainConfig:
+        """From ``turboyolo train``'s parsed flags (only those the user passed are present)."""
+        values = {name: getattr(args, name) for name in OPTION_GROUP if hasattr(args, name)}
+        return cls.build(getattr(args, "cfg", None) or "", getattr(args, "data", None) or "",
+                         getattr(args, "weights", None), getattr(args, "resume", None), **values)
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        """From :meth:`as_dict` output, or the flat dict of a turboyolo 0.1 checkpoint."""
+        flat: dict[str, Any] = {}
+        for key, value in values.items():
+            if key in GROUPS and isinstance(value, dict):
+                flat.update(value)
+            else:
+                flat[key] = value
+        if "aug_scale_min" in flat or "aug_scale_max" in flat:  # 0.1 stored the zoom range as two fields
+            flat["aug_scale"] = (flat.pop("aug_scale_min", 0.75), flat.pop("aug_scale_max", 1.25))
+        inputs = {key: flat.pop(key, None) for key in ("cfg", "data", "weights", "resume")}
+        given = tuple(flat.pop("given", ()) or ())
+        options = {key: value for key, value in flat.items() if key in OPTION_GROUP}
+        config = cls.build(inputs["cfg"] or "", inputs["data"] or "", inputs["weights"], inputs["resume"],
+                           **options)
+        config.given = given
+        return config
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["given"] = list(self.given)
+        out["augment"]["aug_scale"] = list(self.augment.aug_scale)
+        return out
+
+    def resumed(self, passed: TrainConfig) -> TrainConfig:
+        """This (saved) config with the options of :data:`RESUMABLE` that ``passed`` sets explicitly.
+
+        Returns the merged config and leaves ``passed.given`` options outside :data:`RESUMABLE` to the
+        caller to report as ignored.
+        """
+        merged = TrainConfig.from_dict(self.as_dict())
+        for name in passed.given:
+            if name in RESUMABLE:
+                group = OPTION_GROUP[name]
+                setattr(getattr(merged, group), name, getattr(getattr(passed, group), name))
+        merged.resume = passed.resume
+        for group in GROUPS:
+            getattr(merged, group).check()
+        return merged
+
+    def get(self, name: str) -> Any:
+        """An option by its flat name (``config.get("epochs")``)."""
+        return getattr(getattr(self, OPTION_GROUP[name]), name)
+
+    def replace(self, **options: Any) -> TrainConfig:
+        """A copy with options changed by their flat names (experiments, the demo recipe)."""
+        values = self.as_dict()
+        for name, value in options.items():
+            if name in ("cfg", "data", "weights", "resume"):
+                values[name] = value
+            elif name in OPTION_GROUP:
+                values[OPTION_GROUP[name]][name] = value
+            else:
+                raise FlagError(f"unknown training option {name!r}; see `turboyolo train -h`")
+        values["given"] = sorted(set(self.given) | set(options))
+        return TrainConfig.from_dict(values)
+
+
+OPTION_GROUP: dict[str, str] = {f.name: group for group, kind in GROUPS.items() for f in fields(kind)}
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of every option of :class:`TrainConfig`, one argument group per config group.
+
+    Defaults are ``argparse.SUPPRESS``: a flag the user did not pass is absent from the namespace.
+    """
+    for group_name, kind in GROUPS.items():
+        section = parser.add_argument_group(group_name.removesuffix("_args"), (kind.__doc__ or "").strip())
+        for item in fields(kind):
+            meta = item.metadata
+            flags = meta["flags"] or (f"--{item.name.replace('_', '-')}",)
+            kwargs = dict(meta["argparse"])
+            if "action" not in kwargs and "choices" not in kwargs and "metavar" not in kwargs:
+                kwargs["metavar"] = max(flags, key=len).lstrip("-").replace("-", "_").upper()
+            default = item.default
+            shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+            help_text = meta["help"] + ("" if default is None or isinstance(default, bool)
+                                        else f" (default: {shown})")
+            section.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, help=help_text, **kwargs)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise FlagError(message)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -45,7 +45,6 @@ class TrainState:
     seen: int = 0  # images trained on
     best_fitness: float = -1.0
     last_checkpoint: str | None = None
-    max_iterations: int = 0  # 0 = no limit
     frozen: tuple[nn.Module, ...] = ()  # layers that stay in eval mode (frozen BN statistics)
     forward: nn.Module | None = None  # what runs the forward pass: DDP and/or torch.compile of `model`
     ddp: nn.Module | None = None  # the DistributedDataParallel wrapper under torchrun (for no_sync)
@@ -62,15 +61,6 @@ class StepOptions:
     log_interval: int = 10
 
 
-def amp_dtype_for(device: torch.device, amp: str) -> torch.dtype | None:
-    """``--amp``: off | bf16 | fp16 | auto (bf16 where the GPU has it, else fp16; off on CPU)."""
-    if amp == "off" or (amp == "auto" and device.type != "cuda"):
-        return None
-    if amp == "bf16" or (amp == "auto" and torch.cuda.is_bf16_supported()):
-        return torch.bfloat16
-    return torch.float16
-
-
 def _autocast(options: StepOptions):
     if options.amp_dtype is None:
         return nullcontext()
@@ -83,50 +73,64 @@ def _no_sync(state: TrainState, last_micro: bool):
     return state.ddp.no_sync()
 
 
-def train_one_epoch(
-    state: TrainState,
-    batches: Iterable,
-    num_batches: int,
-    options: StepOptions,
-    on_iteration: Callable[[TrainState, dict], bool] | None = None,
-    progress=None,
-) -> dict[str, float]:
-    """Train over ``batches`` (the rest of ``state.epoch``, starting at mini-batch ``state.epoch_batches``).
+@dataclass
+class EpochStats:
+    """Running sums of one epoch (loss terms per image, images, data wait), kept on the device."""
+
+    device: torch.device
+    terms: torch.Tensor | None = None
+    images: int = 0
+    wait_s: float = 0.0
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, terms: torch.Tensor, images: int) -> None:
+        self.terms = terms.detach().clone() if self.terms is None else self.terms + terms.detach()
+        self.images += images
+
+    def summary(self) -> dict[str, float]:
+        """Mean loss terms per image, images/s, data-wait share and seconds (one device sync)."""
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        means = ((self.terms / max(self.images, 1)).tolist() if self.terms is not None
+                 else [0.0] * len(LOSS_NAMES))
+        return {**dict(zip(LOSS_NAMES, means)), "loss": sum(means), "images_per_s": self.images / elapsed,
+                "data_wait": self.wait_s / elapsed, "seconds": elapsed}
+
+
+def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, options: StepOptions,
+                    stats: EpochStats | None = None) -> Iterator[dict]:
+    """Train over ``batches`` (the rest of ``state.epoch``, from mini-batch ``state.epoch_batches``).
+
+    A generator: it yields after every update, with the logged values at log points (every
+    ``log_interval`` iterations and at the epoch's end: loss terms per image, loss, lr, images/s,
+    data-wait share) and ``{}`` in between. The caller decides whether to go on; stopping the loop
+    between two yields leaves ``state`` exactly at an iteration boundary.
 
     Args:
         batches: iterable of ``(images uint8 [B,3,H,W], targets [N,6], metas)``.
         num_batches: mini-batches in the whole epoch (the last iteration of the epoch may be partial).
-        on_iteration: called after every update with the state and the logged values (or ``{}`` between
-            log points); returning True stops the epoch early (checkpoint/limit handling lives there).
-        progress: a :class:`turboyolo.train.logger.Progress` or None.
-
-    Returns the epoch's mean loss terms per image, images/s and data-wait share.
+        stats: the epoch's running sums (filled here; :meth:`EpochStats.summary` at the end).
     """
+    stats = stats if stats is not None else EpochStats(options.device)
     model, optimizer, loss_fn = state.model, state.optimizer, state.loss_fn
     model.train()
     for module in state.frozen:
         module.eval()
-    device = options.device
-    running = torch.zeros(len(LOSS_NAMES), device=device)
-    running_images = 0
-    logged_terms = torch.zeros(len(LOSS_NAMES), device=device)
+    logged_terms = torch.zeros(len(LOSS_NAMES), device=options.device)
     logged_images = 0
-    wait_s, start = 0.0, time.perf_counter()
     epoch_start_images = state.seen
     micro = 0  # mini-batches accumulated into the current iteration
     iterator = iter(batches)
     optimizer.zero_grad(set_to_none=True)
-    stop = False
-    while state.epoch_batches < num_batches and not stop:
+    while state.epoch_batches < num_batches:
         before = time.perf_counter()
         try:
             images, targets, _ = next(iterator)
         except StopIteration:
             break
-        wait_s += time.perf_counter() - before
+        stats.wait_s += time.perf_counter() - before
         if micro == 0:
             set_lr(optimizer, lr_at(state.schedule, state.iteration + 1))
-        x = move_to_device(images, device, channels_last=options.channels_last)
+        x = move_to_device(images, options.device, channels_last=options.channels_last)
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
         with _no_sync(state, last_micro):
@@ -138,12 +142,10 @@ def train_one_epoch(
                 state.scaler.scale(loss).backward()
             else:
                 loss.backward()
-        running += terms
-        logged_terms += terms
-        batch_images = images.shape[0]
-        running_images += batch_images
-        logged_images += batch_images
-        state.seen += batch_images
+        stats.add(terms, images.shape[0])
+        logged_terms += terms.detach()
+        logged_images += images.shape[0]
+        state.seen += images.shape[0]
         state.epoch_batches += 1
         micro += 1
         if micro < state.subdivisions and state.epoch_batches < num_batches:
@@ -151,46 +153,27 @@ def train_one_epoch(
         micro = 0
         _step(state, options)
         state.iteration += 1
-        values: dict = {}
-        last = state.epoch_batches >= num_batches
-        reached = state.max_iterations and state.iteration >= state.max_iterations
-        if state.iteration % options.log_interval == 0 or last or reached:
-            per_image = (logged_terms / max(logged_images, 1)).tolist()  # the one sync per log interval
-            if not all(math.isfinite(v) for v in per_image):
-                resume = (
-                    f"resume from {state.last_checkpoint} with --resume and a lower learning_rate"
-                    if state.last_checkpoint
-                    else "no checkpoint was written yet; lower learning_rate"
-                )
-                raise NonFiniteLoss(
-                    f"the loss became non-finite by iteration {state.iteration} "
-                    f"(epoch {state.epoch}, terms {dict(zip(LOSS_NAMES, per_image))}); {resume}"
-                )
-            elapsed = time.perf_counter() - start
-            values = {
-                **dict(zip(LOSS_NAMES, per_image)),
-                "loss": sum(per_image),
-                "lr": optimizer.param_groups[0]["lr"],
-                "images_per_s": (state.seen - epoch_start_images) / max(elapsed, 1e-9),
-                "data_wait": wait_s / max(elapsed, 1e-9),
-            }
-            logged_terms.zero_()
-            logged_images = 0
-            if progress is not None:
-                progress.update(state, values)
-        if on_iteration is not None and on_iteration(state, values):
-            stop = True
-        if reached:
-            stop = True
-    elapsed = time.perf_counter() - start
-    means = (running / max(running_images, 1)).tolist()
-    return {
-        **dict(zip(LOSS_NAMES, means)),
-        "loss": sum(means),
-        "images_per_s": running_images / max(elapsed, 1e-9),
-        "data_wait": wait_s / max(elapsed, 1e-9),
-        "seconds": elapsed,
-    }
+        if state.iteration % options.log_interval and state.epoch_batches < num_batches:
+            yield {}
+            continue
+        per_image = (logged_terms / max(logged_images, 1)).tolist()  # the one sync per log interval
+        _check_finite(per_image, state)
+        elapsed = max(time.perf_counter() - stats.start, 1e-9)
+        logged_terms.zero_()
+        logged_images = 0
+        yield {**dict(zip(LOSS_NAMES, per_image)), "loss": sum(per_image),
+               "lr": optimizer.param_groups[0]["lr"],
+               "images_per_s": (state.seen - epoch_start_images) / elapsed,
+               "data_wait": stats.wait_s / elapsed}
+
+
+def _check_finite(per_image: list[float], state: TrainState) -> None:
+    if all(math.isfinite(v) for v in per_image):
+        return
+    resume = (f"resume from {state.last_checkpoint} with --resume and a lower learning_rate"
+              if state.last_checkpoint else "no checkpoint was written yet; lower learning_rate")
+    raise NonFiniteLoss(f"the loss became non-finite by iteration {state.iteration} "
+                        f"(epoch {state.epoch}, terms {dict(zip(LOSS_NAMES, per_image))}); {resume}")
 
 
 def _step(state: TrainState, options: StepOptions) -> None:

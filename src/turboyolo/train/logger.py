@@ -197,3 +197,38 @@ def plot_results(csv_path: Path) -> Path | None:
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return out
+
+
+class SilentLogger:
+    """The logger of ranks other than 0 under torchrun: they train, rank 0 writes."""
+
+    def scalars(self, *args, **kwargs) -> None:
+        pass
+
+    def epoch_row(self, *args, **kwargs) -> None:
+        pass
+
+    def images(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def draw_predictions(shown, conf_thres: float) -> list:
+    """RGB uint8 drawings of (image path, detections ``[n, 6]`` in original pixels) at ``conf_thres``."""
+    import numpy as np
+
+    from turboyolo.data.decode import load_image
+    from turboyolo.draw import draw_boxes
+    from turboyolo.errors import DataError
+
+    drawings = []
+    for path, dets in shown:
+        try:
+            image = load_image(path)
+        except DataError:  # broke since the evaluation read it: nothing to draw
+            continue
+        dets = np.asarray(dets).reshape(-1, 6)
+        drawings.append(draw_boxes(image, dets[dets[:, 4] >= conf_thres, :4], (255, 40, 40), thickness=2))
+    return drawings

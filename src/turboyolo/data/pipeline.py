@@ -1,0 +1,76 @@
+"""``build_loader``: the training or validation loader of a list of samples, on the CPU or device path.
+
+It stands above both loaders (:mod:`turboyolo.data.loader` for augmentation in the loader processes,
+:mod:`turboyolo.data.device_loader` for augmentation on the training device), so neither imports the
+other's factory.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from turboyolo.data.augment import AugmentParams
+from turboyolo.data.device_loader import DeviceAugmentDataset, DeviceAugmentLoader, check_device_augment
+from turboyolo.data.loader import (
+    DetectionDataset,
+    DetectionLoader,
+    MultiScaleBatchSampler,
+    _round_up,
+    default_workers,
+)
+from turboyolo.data.scan import Sample
+from turboyolo.errors import DataError
+
+
+def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, augment: AugmentParams | None,
+                 workers: int | None = None, shuffle: bool, seed: int = 0,
+                 multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
+                 drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None,
+                 augment_on: str = "cpu") -> DetectionLoader:
+    """Build the training (``augment`` given) or validation (``augment=None``) loader.
+
+    Args:
+        samples: scanned samples (:func:`turboyolo.data.scan.scan_dataset`).
+        img_size: network input side (multiple of 32).
+        batch_size: images per batch (per rank).
+        augment: training augmentation, or None for letterbox only.
+        workers: loader processes; None = :func:`default_workers`.
+        shuffle: reshuffle every epoch from (seed, epoch).
+        multiscale: (min, max) sizes, multiples of 32; one size per batch.
+        cache: a :class:`turboyolo.data.cache.PreparedCache` over the same samples, or None to decode
+            the original files.
+        rank, world_size: this process's share of every epoch.
+        drop_last: drop the last partial batch.
+        augment_on: ``"cpu"`` (images arrive augmented) or ``"device"``: batches carry uint8 canvases
+            and the per-image warp/colour numbers; :func:`move_to_device` augments on the device
+            (:mod:`turboyolo.data.device_loader`).
+
+    Returns:
+        :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
+    """
+    if not samples:
+        raise DataError("no usable samples; check the scan report for excluded files")
+    decode_size = max(img_size, multiscale[1] if multiscale else 0)
+    if cache is not None:
+        if len(cache) != len(samples):
+            raise DataError(f"prepared cache {cache.root} has {len(cache)} images but the data set "
+                            f"{len(samples)}; rebuild it with `turboyolo prepare`")
+        if cache.size < decode_size:
+            where = cache.root or "(RAM)"
+            warnings.warn(f"prepared cache {where} stores {cache.size} px images but batches go up to "
+                          f"{decode_size} px; they are upscaled (prepare it at {decode_size})", stacklevel=2)
+    if augment_on not in ("cpu", "device"):
+        raise DataError(f"--augment-on {augment_on!r}: use cpu or device")
+    decode_size = _round_up(decode_size) if multiscale else decode_size
+    sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
+                                     multiscale=multiscale, rank=rank, world_size=world_size,
+                                     drop_last=drop_last)
+    if workers is None:
+        workers = default_workers(world_size)
+    if augment_on == "device":
+        check_device_augment(augment)
+        dataset = DeviceAugmentDataset(samples, augment, decode_size, seed, cache)
+        return DeviceAugmentLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
+    dataset = DetectionDataset(samples, augment, decode_size, seed, cache)
+    return DetectionLoader(dataset, sampler, workers, prefetch_factor, pin_memory)

@@ -1,0 +1,55 @@
+"""The one place that turns a device name into a ``torch.device`` and picks the mixed-precision type.
+
+Every command and the Python API accept the same spellings: ``auto`` (CUDA when present, else CPU),
+``cpu``, ``cuda``, ``cuda:N``, ``N`` (a GPU index, as Darknet and PyTorch-YOLOv3 users write it) and
+``mps``. Under torchrun each process takes ``cuda:<LOCAL_RANK>`` (see :mod:`turboyolo.train.distributed`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from turboyolo.errors import FlagError
+
+if TYPE_CHECKING:
+    import torch
+
+AMP_CHOICES = ("auto", "off", "bf16", "fp16")
+
+
+def resolve_device(name: str | int | torch.device | None = "auto") -> torch.device:
+    """``--device`` -> ``torch.device``; raises :class:`FlagError` for a name torch does not know
+    or a GPU that is not there."""
+    import torch  # here, not at the top: the CLI builds its parser without importing torch
+
+    if isinstance(name, torch.device):
+        return name
+    text = "auto" if name is None else str(name).strip().lower()
+    if text in ("auto", ""):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if text.isdigit():
+        text = f"cuda:{text}"
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise FlagError(f"--device {name!r}: use auto, cpu, cuda, cuda:N or a GPU index N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise FlagError(f"--device {name}: no CUDA GPU is visible here; use --device cpu (or auto)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise FlagError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) are visible "
+                            f"(indices 0..{torch.cuda.device_count() - 1})")
+    return device
+
+
+def amp_dtype_for(device: torch.device, amp: str) -> torch.dtype | None:
+    """``--amp``: off | bf16 | fp16 | auto (bf16 where the GPU has it, else fp16; off on CPU)."""
+    import torch
+
+    if amp not in AMP_CHOICES:
+        raise FlagError(f"--amp {amp!r}: use one of {', '.join(AMP_CHOICES)}")
+    if amp == "off" or (amp == "auto" and device.type != "cuda"):
+        return None
+    if amp == "bf16" or (amp == "auto" and torch.cuda.is_bf16_supported()):
+        return torch.bfloat16
+    return torch.float16

@@ -1,0 +1,399 @@
+"""``fit(config)``: the training loop, readable top to bottom.
+
+Setup (run directory, data, model, optimizer) is done by small named helpers; the loop itself is in
+:func:`fit`: per epoch, :func:`turboyolo.train.engine.train_one_epoch` yields after every update and
+``fit`` monitors, logs and asks :class:`StopRule` (the one place that decides to stop) whether to go
+on; then one end-of-epoch path evaluates, keeps the best weights and writes the checkpoint. A run
+that stops mid-epoch takes the same path: its checkpoint keeps the exact position for ``--resume``.
+
+Differences from PyTorch-YOLOv3's trainer: the optimizer is the cfg's (SGD unless it says ``adam=1``
+or ``optimizer=adam``; PyTorch-YOLOv3 uses Adam when the cfg names none); burn-in and LR steps count
+Darknet iterations of ``batch`` images from 1; the loss is divided by the images per iteration; EMA
+weights are evaluated; checkpoints hold the full state and ``--resume`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+
+from turboyolo.data.loader import default_workers
+from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.errors import FlagError, WeightsError
+from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
+from turboyolo.model.darknet import Darknet
+from turboyolo.model.loading import (
+    export_weights,
+    init_head_priors,
+    load_pretrained,
+    read_checkpoint,
+    save_darknet_weights,
+)
+from turboyolo.rundir import next_run_dir
+from turboyolo.train import distributed
+from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict, restore
+from turboyolo.train.config import RESUMABLE, TrainConfig
+from turboyolo.train.engine import EpochStats, StepOptions, TrainState, evaluate, train_one_epoch
+from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
+from turboyolo.train.loaders import RunData, build_loaders
+from turboyolo.train.logger import Progress, RunLogger, SilentLogger, draw_predictions
+from turboyolo.train.loss import YoloLoss
+from turboyolo.train.metrics import EvalResult
+from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+
+INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
+
+
+@dataclass
+class FitResult:
+    """What a finished run hands back (the Python API returns it)."""
+
+    run_dir: Path
+    metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation's numbers
+    best_fitness: float = -1.0
+    iterations: int = 0
+    epochs: int = 0  # completed epochs
+    minutes: float = 0.0  # training time, evaluations excluded
+    stop_reason: str = ""
+
+
+@dataclass
+class StopRule:
+    """The one place that decides whether the run goes on."""
+
+    epochs: int
+    max_iterations: int  # 0: no limit
+    limit_s: float  # 0: no limit
+    stop_at_iteration: int | None = None  # tests: stop as an interruption would
+    broadcast: bool = False  # under torchrun with a time limit: rank 0's clock decides for all
+
+    def reason(self, state: TrainState, train_seconds: float) -> str | None:
+        """None to go on, else why the run stops (``interrupted``, ``max_batches``, ``epochs``, ...)."""
+        why = None
+        if self.stop_at_iteration is not None and state.iteration >= self.stop_at_iteration:
+            why = INTERRUPTED
+        elif self.max_iterations and state.iteration >= self.max_iterations:
+            why = "max_batches"
+        elif state.epoch >= self.epochs:
+            why = "epochs"
+        elif self.limit_s and train_seconds >= self.limit_s:
+            why = "time_limit"
+        return distributed.broadcast_object(why) if self.broadcast else why
+
+
+def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: bool = False) -> FitResult:
+    """Train as ``config`` says (see :mod:`turboyolo.train.config`); returns the run directory and numbers.
+
+    ``stop_at_iteration`` ends the run after that iteration as an interruption would (last.pt written,
+    nothing evaluated), so tests can resume it.
+    """
+    run = open_run(config, quiet)
+    config, spec, env, say, weights_dir = run.config, run.spec, run.env, run.say, run.weights_dir
+    try:
+        mini_batch = check_batching(spec, env.world_size)
+        data = load_data(run, mini_batch)
+        device = distributed.device_for(env, resolve_device(config.runtime.device))
+        state = build_state(config, spec, env, device, run.resume_state, say)
+    except BaseException:
+        run.discard()  # a failed start leaves no half-made run directory behind
+        raise
+    amp_dtype = amp_dtype_for(device, config.runtime.amp)
+    options = StepOptions(device=device, amp_dtype=amp_dtype, clip_norm=config.runtime.clip_norm,
+                          channels_last=config.runtime.channels_last, log_interval=config.output.log_interval)
+    logger = RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main else SilentLogger()
+    monitor = GpuMonitor(device)
+    advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
+                              default_workers() + 1)
+    writer = CheckpointWriter()
+    progress = Progress(enabled=not run.quiet)
+    stop = StopRule(config.schedule.epochs, run.max_iterations, config.schedule.time_limit_min * 60.0,
+                    stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0)
+    cfg_text = format_cfg(spec)
+    result: EvalResult | None = None
+    train_seconds, reason = 0.0, stop.reason(state, 0.0)
+    say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} mini-batches/epoch; "
+        f"run {run.run_dir}")
+    try:
+        while reason is None:
+            data.train.set_epoch(state.epoch, state.epoch_start_sample)
+            batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
+            progress.start(state.epoch, config.schedule.epochs, len(data.train), state.epoch_batches)
+            stats, gpu_readings, epoch_start = EpochStats(device), [], time.perf_counter()
+            for values in train_one_epoch(state, monitor.wrap(batches), len(data.train), options, stats):
+                if values:
+                    gpu = monitor.read()
+                    values.update(gpu)
+                    gpu_readings.append(gpu)
+                    progress.update(state, values)
+                    warning = monitor.data_wait_warning(values["data_wait"], advice)
+                    if warning:
+                        say(warning)
+                    logger.scalars(values, state.iteration)
+                reason = stop.reason(state, train_seconds + time.perf_counter() - epoch_start)
+                if reason is not None:
+                    break
+            progress.close()
+            train_seconds += time.perf_counter() - epoch_start
+            # ---- the one end-of-epoch path: a finished epoch, or a stop in the middle of one
+            finished = state.epoch_batches >= len(data.train)
+            if finished:
+                state.epoch += 1
+                state.epoch_batches = state.epoch_start_sample = 0
+                reason = reason or stop.reason(state, train_seconds)
+            replaced = data.train.replaced_summary()
+            if replaced:
+                say(replaced)
+            paths = [weights_dir / "last.pt"]
+            interval = config.eval.evaluation_interval
+            if interval and reason != INTERRUPTED and (reason is not None or state.epoch % interval == 0):
+                result, shown = validate(state, data, config, device, amp_dtype, keep=4 if env.is_main else 0)
+                if result is not None:
+                    report_evaluation(result, state, config, data.names, train_seconds, reason, finished, say)
+                    logger.scalars(result.as_dict(), state.iteration, prefix="val")
+                    logger.images("val/predictions", draw_predictions(shown, config.eval.conf_thres),
+                                  state.iteration)
+                    if improves_best(state, result):
+                        paths.append(weights_dir / "best.pt")
+            if finished and config.output.checkpoint_interval and state.epoch % config.output.checkpoint_interval == 0:
+                paths.append(weights_dir / f"epoch{state.epoch}.pt")
+            if finished or result is not None:
+                logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, result, finished))
+            state.last_checkpoint = str(weights_dir / "last.pt")
+            if env.is_main:
+                writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
+    finally:
+        progress.close()
+        monitor.close()
+        writer.close()
+        logger.close()
+        distributed.cleanup()
+    if env.is_main and reason != INTERRUPTED:
+        finish_outputs(state, spec, weights_dir, run.run_dir, say)
+    return FitResult(run.run_dir, result.as_dict() if result is not None else {}, state.best_fitness,
+                     state.iteration, state.epoch, train_seconds / 60.0, reason or "")
+
+
+# ---------------------------------------------------------------------------------------------- setup
+@dataclass
+class Run:
+    """Where a run writes and what it starts from (a fresh start or a checkpoint)."""
+
+    config: TrainConfig
+    spec: ModelSpec
+    env: distributed.DistEnv
+    run_dir: Path
+    quiet: bool
+    say: Callable[..., None]
+    resume_state: dict | None = None
+    made_here: bool = False  # this call created run_dir (so a failed start may remove it)
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.run_dir / "weights"
+
+    @property
+    def max_iterations(self) -> int:
+        chosen = self.config.schedule.max_batches
+        return self.spec.net.max_batches if chosen is None else chosen
+
+    def discard(self) -> None:
+        if self.made_here and self.env.is_main and not any(self.weights_dir.glob("*.pt")):
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def open_run(config: TrainConfig, quiet: bool) -> Run:
+    """The run directory (new, or the one ``--resume`` continues), its cfg and config, the console."""
+    env = distributed.init(resolve_device(config.runtime.device).type)
+    quiet = quiet or not env.is_main  # one console, one log, one set of checkpoints: rank 0's
+    say = (lambda *a: None) if quiet else print
+    resume_state, made_here = None, False
+    if config.resume:
+        resume_state = read_training_checkpoint(config.resume)
+        saved = TrainConfig.from_dict(resume_state["config"])
+        ignored = [name for name in config.given if name not in RESUMABLE]
+        if ignored:
+            say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
+                f"(only {', '.join(RESUMABLE)} may change)")
+        config = saved.resumed(config)
+        spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
+        run_dir = Path(config.resume).resolve().parent.parent
+    else:
+        spec = apply_overrides(parse_cfg(config.cfg), config)
+        made = next_run_dir(config.output.project, config.output.name, config.output.exist_ok) if env.is_main else None
+        run_dir = Path(distributed.broadcast_object(str(made) if made else None))
+        made_here = not config.output.exist_ok
+    run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
+    run.weights_dir.mkdir(parents=True, exist_ok=True)
+    if env.is_main:
+        (run_dir / "model.cfg").write_text(format_cfg(spec))
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
+    return run
+
+
+def read_training_checkpoint(path: str | Path) -> dict:
+    """A checkpoint ``--resume`` can continue: a turboyolo training checkpoint, or a clear error."""
+    state = read_checkpoint(path)
+    missing = [key for key in ("config", "cfg_text", "model", "optimizer", "iteration") if key not in state]
+    if missing:
+        raise WeightsError(f"{path}: not a turboyolo training checkpoint (no {', '.join(missing)}), so "
+                           "there is no run to resume; start a new run with --weights to load its tensors")
+    return state
+
+
+def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
+    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size`` and ``--max-batches`` applied."""
+    schedule, changes = config.schedule, {}
+    if schedule.batch:
+        changes["batch"] = schedule.batch
+    if schedule.subdivisions:
+        changes["subdivisions"] = schedule.subdivisions
+    if config.data_args.img_size:
+        changes["width"] = changes["height"] = config.data_args.img_size
+    if schedule.max_batches:  # 0 means "epochs decide"; the schedule keeps the cfg's max_batches
+        changes["max_batches"] = schedule.max_batches
+    return spec.with_net(**changes) if changes else spec
+
+
+def check_batching(spec: ModelSpec, world_size: int) -> int:
+    """Images per mini-batch (per process); the cfg's batch must split into its subdivisions."""
+    net = spec.net
+    if net.batch % net.subdivisions:
+        raise FlagError(f"batch={net.batch} is not a multiple of subdivisions={net.subdivisions} "
+                        "(cfg [net] or --batch/--subdivisions)")
+    if net.subdivisions % world_size:
+        raise FlagError(f"subdivisions={net.subdivisions} must be a multiple of the {world_size} processes: "
+                        "each accumulates subdivisions / processes mini-batches per iteration "
+                        "(cfg [net] or --subdivisions)")
+    return net.batch // net.subdivisions
+
+
+def load_data(run: Run, mini_batch: int) -> RunData:
+    """Both loaders; under torchrun local rank 0 scans and builds the caches, the others then open them."""
+    env = run.env
+
+    def build() -> RunData:
+        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say)
+
+    ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
+    return distributed.once_per_node(env, ready, build) or build()
+
+
+def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, device: torch.device,
+                resume_state: dict | None, say: Callable[..., None]) -> TrainState:
+    """Model (pretrained, frozen, on the device), optimizer, schedule, loss, EMA; restored on resume."""
+    runtime, loss = config.runtime, config.loss
+    torch.manual_seed(runtime.seed)
+    model = Darknet(spec)
+    if resume_state is None:
+        fresh = {head.layer_index - 1 for head in model.heads}
+        if config.weights:
+            lines, kept = load_pretrained(model, config.weights)
+            fresh = set(kept)
+            for line in lines:
+                say(line)
+        init_head_priors(model, fresh)
+    frozen = tuple(model.layers[: runtime.freeze])
+    for param in (p for module in frozen for p in module.parameters()):
+        param.requires_grad_(False)
+    if runtime.bn_momentum is not None:
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.momentum = runtime.bn_momentum
+    if runtime.sync_bn and env.enabled:
+        model = distributed.convert_sync_batchnorm(model, device)
+    model.to(device)
+    if runtime.channels_last:
+        model.to(memory_format=torch.channels_last)
+    net = spec.net
+    optimizer = build_optimizer(model, net)
+    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} decay {net.decay} "
+        "(from the cfg; PyTorch-YOLOv3 would use Adam when the cfg names no optimizer); "
+        f"batch {net.batch} = {net.subdivisions} x {net.batch // net.subdivisions}, burn_in {net.burn_in}, "
+        f"policy {net.policy}")
+    amp_dtype = amp_dtype_for(device, runtime.amp)
+    state = TrainState(
+        model=model,
+        optimizer=optimizer,
+        schedule=Schedule.from_net(net),
+        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss, iou_thresh=loss.assign_iou_thresh,
+                         anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
+                         gains=(loss.box_gain, loss.obj_gain, loss.cls_gain)),
+        images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
+        subdivisions=net.subdivisions // env.world_size,
+        world_size=env.world_size,
+        frozen=frozen,
+        ema=ModelEMA(model, runtime.ema_decay, runtime.ema_ramp) if runtime.ema else None,
+        scaler=torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None,
+    )
+    if resume_state is not None:
+        restore(state, resume_state)
+        say(f"resumed {config.resume}: iteration {state.iteration}, epoch {state.epoch}, "
+            f"mini-batch {state.epoch_batches}")
+    if env.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        state.ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
+    return state
+
+
+# ------------------------------------------------------------------------------------ evaluation, output
+def validate(state: TrainState, data: RunData, config: TrainConfig, device: torch.device,
+             amp_dtype: torch.dtype | None, keep: int = 0) -> tuple[EvalResult | None, list]:
+    """The EMA weights (or the model's) on the validation split; ``None`` on ranks other than 0."""
+    model = state.ema.module if state.ema is not None else state.model
+    return evaluate(model, data.val, device=device, num_classes=len(data.names),
+                    conf_thres=config.eval.conf_thres, nms_thres=config.eval.nms_thres, amp_dtype=amp_dtype,
+                    keep_predictions=keep)
+
+
+def improves_best(state: TrainState, result: EvalResult) -> bool:
+    """Fitness = 0.1 mAP@0.5 + 0.9 mAP@0.5:0.95 (as YOLOv5); True (and recorded) when it beats the best."""
+    fitness = result.map50 * 0.1 + result.map50_95 * 0.9
+    if fitness <= state.best_fitness:
+        return False
+    state.best_fitness = fitness
+    return True
+
+
+def report_evaluation(result: EvalResult, state: TrainState, config: TrainConfig, names: list[str],
+                      train_seconds: float, reason: str | None, finished: bool, say: Callable[..., None]) -> None:
+    """One console line (and the per-class table with ``--verbose``)."""
+    where = f"epoch {state.epoch}"
+    if not finished:  # e.g. "time limit at iteration 7 (epoch 2 unfinished)"
+        where = f"{(reason or 'stop').replace('_', ' ')} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
+    say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  P {result.precision:.3f} "
+        f"R {result.recall:.3f} (conf {config.eval.conf_thres})  {train_seconds / 60:.2f} min")
+    if config.eval.verbose:
+        say(result.table(names))
+
+
+def epoch_row(state: TrainState, stats: EpochStats, gpu_readings: list[dict], train_seconds: float,
+              result: EvalResult | None, finished: bool) -> dict:
+    """One ``results.csv`` row: the epoch's mean losses and speed, GPU means, the evaluation's numbers."""
+    row = {"epoch": state.epoch if finished else state.epoch + 1, "iteration": state.iteration,
+           "minutes": train_seconds / 60, "lr": state.optimizer.param_groups[0]["lr"], **stats.summary()}
+    for key in ("gpu_util", "gpu_mem_gb", "gpu_idle"):
+        readings = [g[key] for g in gpu_readings if key in g]
+        if readings:
+            row[key] = sum(readings) / len(readings)
+    if result is not None:
+        row.update(result.as_dict())
+    return row
+
+
+def finish_outputs(state: TrainState, spec: ModelSpec, weights_dir: Path, run_dir: Path,
+                   say: Callable[..., None]) -> None:
+    """Darknet ``.weights`` of the final (EMA) and best weights; where everything is."""
+    final = state.ema.module if state.ema is not None else state.model
+    save_darknet_weights(final, weights_dir / "last.weights", seen=state.seen)
+    if (weights_dir / "best.pt").exists():
+        export_weights(weights_dir / "best.pt", spec, weights_dir / "best.weights")
+    say(f"weights: {weights_dir} (last.pt, best.pt, last.weights, best.weights); "
+        f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; TensorBoard: {run_dir / 'tensorboard'}")
