@@ -1,4 +1,6 @@
-"""Training output: a progress bar, TensorBoard, W&B (optional), ``results.csv`` and ``results.png``.
+"""Training output: a progress bar, TensorBoard, W&B (optional), ``results.csv``, ``per_class.csv``
+and ``results.png``; figures and images written into the run directory are logged to TensorBoard and
+W&B by :meth:`RunLogger.image_files`.
 
 Everything here is fed already-synchronised Python numbers (the engine reads the device once per log
 interval), so logging never adds a host-device sync.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 RESULT_COLUMNS = (
@@ -30,6 +33,8 @@ RESULT_COLUMNS = (
     "gpu_mem_gb",
     "gpu_idle",  # share of the epoch's device time the GPU waited for the CPU (CUDA events)
 )
+# per_class.csv: one row per class and evaluation; P and R at --conf-thres, matched at --iou-thres.
+PER_CLASS_COLUMNS = ("epoch", "iteration", "class", "images", "boxes", "P", "R", "AP50", "AP50-95")
 
 
 class Progress:
@@ -90,6 +95,7 @@ class RunLogger:
     def __init__(self, run_dir: Path, config: dict, tensorboard: bool = True, wandb: bool = False):
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "results.csv"
+        self.per_class_path = self.run_dir / "per_class.csv"
         self.tb = None
         self.wandb = None
         if tensorboard:
@@ -130,18 +136,36 @@ class RunLogger:
 
             self.wandb.log({tag: [wandb_module.Image(d) for d in drawings]}, step=step)
 
-    def epoch_row(self, row: dict) -> None:
-        new = not self.csv_path.exists()
-        with open(self.csv_path, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(
-                {
-                    k: (f"{row[k]:.6g}" if isinstance(row.get(k), float) else row.get(k, ""))
-                    for k in RESULT_COLUMNS
-                }
+    def image_files(self, files: Mapping[str, Path], step: int, prefix: str = "val") -> None:
+        """Log images already written to the run directory (PNG/JPEG) as ``<prefix>/<key>``.
+
+        ``files``: e.g. ``{"PR_curve": run_dir / "PR_curve.png"}``. TensorBoard gets the pixels, W&B a
+        ``wandb.Image`` of the file (its offline run keeps a copy under ``files/media/images``).
+        """
+        if not files:
+            return
+        if self.tb is not None:
+            import numpy as np
+            from PIL import Image
+
+            for key, path in files.items():
+                with Image.open(path) as image:
+                    pixels = np.asarray(image.convert("RGB"))
+                self.tb.add_image(f"{prefix}/{key}", pixels, step, dataformats="HWC")
+        if self.wandb is not None:
+            import wandb as wandb_module
+
+            self.wandb.log(
+                {f"{prefix}/{key}": wandb_module.Image(str(path)) for key, path in files.items()}, step=step
             )
+
+    def epoch_row(self, row: dict) -> None:
+        _append_rows(self.csv_path, RESULT_COLUMNS, [row])
+
+    def per_class(self, result, names: Sequence[str], epoch: int, iteration: int) -> None:
+        """Append the per-class rows of ``result`` (an ``EvalResult``) to ``per_class.csv``."""
+        rows = [{"epoch": epoch, "iteration": iteration, **row} for row in result.per_class_rows(names)]
+        _append_rows(self.per_class_path, PER_CLASS_COLUMNS, rows)
 
     def close(self) -> None:
         if self.csv_path.exists():
@@ -150,6 +174,19 @@ class RunLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _append_rows(path: Path, columns: Sequence[str], rows: list[dict]) -> None:
+    """Append ``rows`` to a CSV file, writing the header when the file is new; floats as ``%.6g``."""
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: (f"{row[k]:.6g}" if isinstance(row.get(k), float) else row.get(k, "")) for k in columns}
+            )
 
 
 def read_results(path: Path) -> list[dict]:
