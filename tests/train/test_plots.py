@@ -111,3 +111,23 @@ def test_image_files_reach_tensorboard(tmp_path):
     assert events.Tags()["images"] == ["val/PR_curve"]
     (image,) = events.Images("val/PR_curve")
     assert (image.step, image.width, image.height) == (7, 30, 20)
+
+
+def test_run_logger_writes_what_an_evaluation_and_the_first_batches_leave(tmp_path):
+    image = tmp_path / "im0.png"
+    Image.fromarray(np.zeros((100, 100, 3), np.uint8)).save(image)
+    result = evaluate_detections(DETS, GT, HW, 2, conf_thres=0.25)
+    logger = RunLogger(tmp_path, {}, tensorboard=False)
+    assert logger.label_statistics(GT, NAMES) == tmp_path / "labels.jpg"
+    batches = [(torch.zeros((1, 3, 32, 32), dtype=torch.uint8), torch.zeros((0, 6)), None)] * 4
+    assert len(list(logger.first_batches(batches, NAMES))) == 4
+    written = logger.evaluation(result, NAMES, epoch=1, iteration=5, shown=[(image, DETS[0])],
+                                labels={str(image): GT[0]})
+    assert sorted(written) == ["F1_curve", "PR_curve", "P_curve", "R_curve", "confusion_matrix",
+                               "val_batch0_labels", "val_batch0_pred"]
+    assert len(read_results(tmp_path / "per_class.csv")) == 2
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "labels.jpg", "train_batch0.jpg", "train_batch2.jpg", "PR_curve.png", "confusion_matrix.png",
+        "val_batch0_pred.jpg", "per_class.csv",
+    }
+    assert not (tmp_path / "train_batch3.jpg").exists()

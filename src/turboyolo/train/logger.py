@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 RESULT_COLUMNS = (
@@ -136,11 +136,15 @@ class RunLogger:
 
             self.wandb.log({tag: [wandb_module.Image(d) for d in drawings]}, step=step)
 
-    def image_files(self, files: Mapping[str, Path], step: int, prefix: str = "val") -> None:
+    def image_files(
+        self, files: Mapping[str, Path], step: int | None, prefix: str = "val"
+    ) -> None:
         """Log images already written to the run directory (PNG/JPEG) as ``<prefix>/<key>``.
 
         ``files``: e.g. ``{"PR_curve": run_dir / "PR_curve.png"}``. TensorBoard gets the pixels, W&B a
         ``wandb.Image`` of the file (its offline run keeps a copy under ``files/media/images``).
+        ``step`` None: W&B adds them to its current step (TensorBoard: step 0), for pictures made
+        between two logged iterations.
         """
         if not files:
             return
@@ -151,13 +155,65 @@ class RunLogger:
             for key, path in files.items():
                 with Image.open(path) as image:
                     pixels = np.asarray(image.convert("RGB"))
-                self.tb.add_image(f"{prefix}/{key}", pixels, step, dataformats="HWC")
+                self.tb.add_image(f"{prefix}/{key}", pixels, step or 0, dataformats="HWC")
         if self.wandb is not None:
             import wandb as wandb_module
 
-            self.wandb.log(
-                {f"{prefix}/{key}": wandb_module.Image(str(path)) for key, path in files.items()}, step=step
-            )
+            images = {f"{prefix}/{key}": wandb_module.Image(str(path)) for key, path in files.items()}
+            if step is None:
+                self.wandb.log(images, commit=False)
+            else:
+                self.wandb.log(images, step=step)
+
+    def label_statistics(self, labels: Sequence, names: Sequence[str]) -> Path:
+        """``labels.jpg`` of the training labels (per image ``[N, 5]`` cls cx cy w h), logged as train/labels.
+
+        Call once before training starts (not on resume: the file is already there).
+        """
+        from turboyolo.train.plots import plot_labels
+
+        path = plot_labels(labels, names, self.run_dir / "labels.jpg")
+        self.image_files({"labels": path}, 0, prefix="train")
+        return path
+
+    def first_batches(self, batches: Iterable, names: Sequence[str]) -> Iterator:
+        """Wrap the first epoch's batches: ``train_batch0..2.jpg`` as the network sees them, logged too."""
+        from turboyolo.train.plots import plot_first_batches
+
+        yield from plot_first_batches(
+            batches, self.run_dir, names,
+            on_written=lambda path: self.image_files({path.stem: path}, None, prefix="train"),
+        )
+
+    def evaluation(
+        self,
+        result,
+        names: Sequence[str],
+        *,
+        epoch: int,
+        iteration: int,
+        shown: Sequence[tuple] = (),
+        labels: Mapping[str, object] | None = None,
+    ) -> dict[str, Path]:
+        """Everything one evaluation leaves: val/ scalars, a per_class.csv block, the curve and confusion
+        figures and the val_batch mosaics (written into the run directory and logged as val/<name>).
+
+        Args:
+            result: the :class:`turboyolo.train.metrics.EvalResult` (from ``evaluate_detections``).
+            shown: ``(image path, detections [n, 6])`` pairs, ``evaluate``'s kept predictions.
+            labels: image path (str) -> ``[m, 5]`` ground truth of the validation images.
+        Returns the files written, by name.
+        """
+        from turboyolo.train.plots import plot_val_batches, save_evaluation_plots
+
+        self.scalars(result.as_dict(), iteration, prefix="val")
+        self.per_class(result, names, epoch, iteration)
+        written = save_evaluation_plots(result, names, self.run_dir)
+        if shown:
+            batches = plot_val_batches(shown, labels or {}, self.run_dir, names, result.conf_thres)
+            written.update({path.stem: path for path in batches})
+        self.image_files(written, iteration, prefix="val")
+        return written
 
     def epoch_row(self, row: dict) -> None:
         _append_rows(self.csv_path, RESULT_COLUMNS, [row])

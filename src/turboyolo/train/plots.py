@@ -18,7 +18,7 @@ confusion_matrix.png        :func:`plot_confusion_matrix`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -139,14 +139,18 @@ def plot_train_batch(
 
 
 def plot_first_batches(
-    batches: Iterable, out_dir: str | Path, names: Sequence[str] | None = None, count: int = TRAIN_BATCH_PLOTS
+    batches: Iterable,
+    out_dir: str | Path,
+    names: Sequence[str] | None = None,
+    count: int = TRAIN_BATCH_PLOTS,
+    on_written: Callable[[Path], None] | None = None,
 ) -> Iterator:
     """Yield ``batches`` unchanged, writing ``train_batch{i}.jpg`` for the first ``count`` of them.
 
     ``batches`` yields ``(images, targets, metas)`` as the training loaders do. ``--augment-on device``
     batches (:class:`turboyolo.data.device_loader.CanvasBatch`) are augmented on the CPU for the
     picture, which draws exactly what the device will compute (the warp and colour numbers are in the
-    batch). Only the first ``count`` batches cost anything.
+    batch). Only the first ``count`` batches cost anything; ``on_written`` gets each path written.
     """
     from turboyolo.data.loader import move_to_device
 
@@ -156,7 +160,9 @@ def plot_first_batches(
             images, targets = batch[0], batch[1]
             if hasattr(images, "to_device"):
                 images = move_to_device(images, "cpu")  # float [0, 1]
-            plot_train_batch(images, targets, out_dir / f"train_batch{index}.jpg", names)
+            path = plot_train_batch(images, targets, out_dir / f"train_batch{index}.jpg", names)
+            if on_written is not None:
+                on_written(path)
         yield batch
 
 
