@@ -337,10 +337,13 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             device=device,
             num_classes=len(names),
             conf_thres=config.conf_thres,
+            iou_thres=config.iou_thres,
             nms_thres=config.nms_thres,
             amp_dtype=amp_dtype,
-            keep_predictions=4 if env.is_main else 0,
+            keep_predictions=VAL_PLOT_IMAGES if env.is_main else 0,
         )
+
+    val_labels = {str(s.image): s.labels for s in val_loader.dataset.samples}
 
     def improves_best(result) -> bool:
         fitness = result.map50 * 0.1 + result.map50_95 * 0.9
@@ -374,6 +377,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
         f"on {device}: {len(train_loader.dataset)} images, {len(train_loader)} mini-batches/epoch; "
         f"run {run_dir}"
     )
+    if resume_state is None:
+        logger.label_statistics([s.labels for s in train_loader.dataset.samples], names)
     try:
         while state.epoch < config.epochs and not stopped:
             if state.max_iterations and state.iteration >= state.max_iterations:
@@ -384,6 +389,8 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                 if state.epoch_batches == 0
                 else remaining_batches(train_loader, state.epoch_batches)
             )
+            if state.iteration == 0:
+                batches = logger.first_batches(batches, names)
             progress.start(state.epoch, config.epochs, len(train_loader), state.epoch_batches)
             epoch_start = time.perf_counter()
             gpu_epoch.clear()
@@ -395,10 +402,13 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
             if not finished:  # interrupted mid-epoch: keep the exact position and stop
                 paths = [weights_dir / "last.pt"]
                 if timed_out and config.evaluation_interval:  # the weights the run ends with count too
-                    result, _ = validate()
+                    result, shown = validate()
                     if result is not None:
+                        logger.evaluation(result, names, epoch=state.epoch, iteration=state.iteration,
+                                          shown=shown, labels=val_labels)
                         say(f"time limit at iteration {state.iteration} (epoch {state.epoch + 1} "
-                            f"unfinished): mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}")
+                            f"unfinished): mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  "
+                            f"{result.summary()}")
                         if improves_best(result):
                             paths.append(weights_dir / "best.pt")
                 checkpoint(paths)
@@ -426,12 +436,11 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
                     checkpoint([])
                     continue
                 row.update(result.as_dict())
-                logger.scalars(result.as_dict(), state.iteration, prefix="val")
-                logger.images("val/predictions", draw_predictions(shown, config.conf_thres), state.iteration)
+                logger.evaluation(result, names, epoch=state.epoch, iteration=state.iteration,
+                                  shown=shown, labels=val_labels)
                 say(
                     f"epoch {state.epoch}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  "
-                    f"P {result.precision:.3f} R {result.recall:.3f} (conf {config.conf_thres})  "
-                    f"{train_seconds / 60:.2f} min"
+                    f"{result.summary()}  {train_seconds / 60:.2f} min"
                 )
                 if config.verbose:
                     say(result.table(names))
@@ -464,6 +473,9 @@ def fit(config, *, stop_at_iteration: int | None = None, quiet: bool = False) ->
     return run_dir
 
 
+VAL_PLOT_IMAGES = 48  # val_batch0..2 mosaics of 16 images
+
+
 def draw_predictions(shown, conf_thres: float) -> list:
     """HWC uint8 drawings of (image path, detections [n, 6] in original pixels) at ``conf_thres``."""
     import numpy as np
@@ -488,6 +500,15 @@ class _Silent:
 
     def scalars(self, *args, **kwargs) -> None:
         pass
+
+    def label_statistics(self, *args, **kwargs) -> None:
+        pass
+
+    def first_batches(self, batches, names):
+        return batches
+
+    def evaluation(self, *args, **kwargs) -> dict:
+        return {}
 
     def epoch_row(self, *args, **kwargs) -> None:
         pass
