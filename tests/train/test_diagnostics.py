@@ -76,7 +76,7 @@ def test_empty_images():
     matrix = confusion_matrix(DETS, [np.zeros((0, 5))], HW, num_classes=2, conf_thres=0.25)
     np.testing.assert_array_equal(matrix, [[0, 0, 3], [0, 0, 3], [0, 0, 0]])
     result = curves(match_detections(no_dets, GT, HW, 2))
-    assert result.best_f1 == 0.0 and not result.pr.any()
+    assert result.best_f1 == 0.0 and result.best_conf == 0.0 and not result.pr.any()
     assert precision_recall_at(match_detections([], [], [], 2), 0.5) == (0.0, 0.0)
 
 

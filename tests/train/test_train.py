@@ -222,9 +222,11 @@ def test_train_and_test_commands_end_to_end(tmp_path, capsys):
         p.name for p in weights.iterdir()
     }
     capsys.readouterr()
-    assert main(["test", "--weights", str(weights / "best.pt"), "--data", str(data), "--n_cpu", "0"]) == 0
+    assert main(["test", "--weights", str(weights / "best.pt"), "--data", str(data), "--n_cpu", "0",
+                 "--iou_thres", "0.4"]) == 0
     out = capsys.readouterr().out
     assert "mAP@0.5" in out and "input 96 x 96: the run's --val-img-size" in out
+    assert "best F1" in out and "IoU 0.4" in out  # P / R matched at --iou-thres
     # the exported Darknet weights load into the cfg and evaluate the same way
     assert (
         main(["test", "-m", str(cfg), "-w", str(weights / "best.weights"), "-d", str(data), "--n_cpu", "0"])

@@ -68,8 +68,8 @@ class Curves:
         pr: ``[C, 101]`` precision at each recall point (COCO's monotone envelope; 0 past the last
             recall reached).
         best_conf, best_f1, best_precision, best_recall: the grid point of the highest ``f1_all``
-            (the highest such confidence on ties: the same F1 with the fewest detections) and P / R
-            there.
+            (the highest such confidence on ties: the same F1 with the fewest detections; 0 when F1 is
+            0 everywhere) and P / R there.
     """
 
     confidence: np.ndarray
@@ -239,6 +239,8 @@ def curves(matches: Matches, points: int = CONFIDENCE_POINTS) -> Curves:
     recall_all = found / max(int(matches.gt_per_class.sum()), 1)
     f1_all = f1_score(precision_all, recall_all)
     best = points - 1 - int(np.argmax(f1_all[::-1]))  # ties: the highest confidence, fewest detections
+    if f1_all[best] == 0:
+        best = 0  # nothing found at any confidence: no threshold is better than keeping everything
     return Curves(
         confidence=grid,
         precision=precision,
