@@ -131,3 +131,29 @@ def test_run_logger_writes_what_an_evaluation_and_the_first_batches_leave(tmp_pa
         "val_batch0_pred.jpg", "per_class.csv",
     }
     assert not (tmp_path / "train_batch3.jpg").exists()
+
+
+def test_first_batches_of_the_device_augmenting_loader_show_the_augmented_images(tmp_path, isolated_cache):
+    # --augment-on device yields CanvasBatch: the picture is the device's warp computed on the CPU, the
+    # same picture (up to rounding) as the CPU loader's batch with the same seed
+    from synth import make_image_folder
+    from turboyolo.data.augment import AugmentParams
+    from turboyolo.data.cache import prepare_cache
+    from turboyolo.data.loader import build_loader
+    from turboyolo.data.scan import scan_dataset
+
+    make_image_folder(tmp_path / "ds", count=4)
+    samples = scan_dataset(tmp_path / "ds" / "images", "train").samples
+    cache = prepare_cache(samples, 96, tmp_path / "prep", workers=1, log=lambda *_: None)
+    options = dict(img_size=96, batch_size=4, shuffle=True, seed=3, workers=0, cache=cache,
+                   augment=AugmentParams.from_net(angle=7))
+    for where in ("cpu", "device"):
+        (tmp_path / where).mkdir()
+        loader = build_loader(samples, augment_on=where, **options)
+        loader.set_epoch(0)
+        (batch,) = list(plots.plot_first_batches(loader, tmp_path / where, ["a", "b"]))
+        assert hasattr(batch[0], "to_device") == (where == "device")  # passed through unchanged
+    cpu, device = (np.asarray(Image.open(tmp_path / w / "train_batch0.jpg"), np.float32)
+                   for w in ("cpu", "device"))
+    assert cpu.shape == device.shape and cpu.std() > 10
+    assert np.abs(cpu - device).mean() < 3
