@@ -223,11 +223,29 @@ def test_train_and_test_commands_end_to_end(tmp_path, capsys):
         p.name for p in weights.iterdir()
     }
     capsys.readouterr()
-    assert main(["test", "--weights", str(weights / "best.pt"), "--data", str(data), "--n_cpu", "0"]) == 0
+    assert main(["test", "--weights", str(weights / "best.pt"), "--data", str(data), "--n_cpu", "0",
+                 "--iou_thres", "0.4"]) == 0
     out = capsys.readouterr().out
     assert "mAP@0.5" in out and "input 96 x 96: the run's --val-img-size" in out
+    assert "best F1" in out and "IoU 0.4" in out  # P / R matched at --iou-thres
     # the exported Darknet weights load into the cfg and evaluate the same way
     assert (
         main(["test", "-m", str(cfg), "-w", str(weights / "best.weights"), "-d", str(data), "--n_cpu", "0"])
         == 0
     )
+
+
+def test_evaluation_leaves_its_pictures_and_per_class_rows_at_iou_thres(tmp_path, capsys):
+    # Needs the fit wiring: iou_thres reaches evaluate(); RunLogger.label_statistics, first_batches and
+    # evaluation are called by the loop.
+    data = make_dataset(tmp_path / "data", 2, 2, num_classes=2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2, batch=2)
+    run = fit(_config(cfg, data, tmp_path / "runs", epochs=1, evaluation_interval=1, iou_thres=0.3)).run_dir
+    assert "IoU 0.3" in capsys.readouterr().out  # the P / R / best-F1 line says where it matched
+    rows = read_results(run / "per_class.csv")
+    assert [(r["epoch"], r["class"]) for r in rows] == [("1", "c0"), ("1", "c1")]
+    assert {"labels.jpg", "train_batch0.jpg", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png",
+            "confusion_matrix.png", "val_batch0_labels.jpg", "val_batch0_pred.jpg"} <= {
+        p.name for p in run.iterdir()
+    }
+    assert not (run / "train_batch1.jpg").exists()  # one batch per epoch

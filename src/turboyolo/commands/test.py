@@ -1,7 +1,7 @@
 """``turboyolo test``: evaluate Darknet weights or a checkpoint on a data split.
 
-Prints mAP@0.5, mAP@0.5:0.95 (pycocotools, or faster-coco-eval with ``--backend``), the per-class AP
-table and precision / recall / F1 at ``--conf-thres``.
+Prints mAP@0.5, mAP@0.5:0.95 (pycocotools, or faster-coco-eval with ``--backend``), the per-class table
+and precision / recall / F1 at ``--conf-thres`` (matches at ``--iou-thres``) with the best-F1 confidence.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--iou-thres",
         type=float,
         default=0.5,
-        help="IoU a detection needs with a ground truth to count for precision/recall/F1 "
-        "(AP is always reported at 0.5 and 0.5:0.95)",
+        help="IoU a detection needs to count as found in precision/recall/F1 "
+        "(AP is always COCO's: at 0.5 and over 0.5:0.95)",
     )
     parser.add_argument(
         "--conf-thres",

@@ -19,7 +19,7 @@ from torch import nn
 from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
-from turboyolo.train.metrics import EvalResult, coco_evaluate, detections_to_coco, yolo_to_coco_gt
+from turboyolo.train.metrics import EvalResult, evaluate_detections
 from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
 
 
@@ -200,6 +200,7 @@ def evaluate(
     device: torch.device,
     num_classes: int,
     conf_thres: float = 0.25,
+    iou_thres: float = 0.5,
     nms_thres: float = 0.5,
     eval_conf: float = 0.001,
     max_det: int = 300,
@@ -213,8 +214,9 @@ def evaluate(
     ``(None, [])``.
 
     Detections stay on the device until the loop ends (no per-batch sync); COCO matching runs on the
-    original-image boxes. ``conf_thres`` is where precision / recall / F1 are read; detections down to
-    ``eval_conf`` enter the AP computation.
+    original-image boxes. ``conf_thres`` is where precision / recall / F1 and the confusion matrix are
+    read, with matches at ``iou_thres``; detections down to ``eval_conf`` enter the AP computation and
+    the curves (see :func:`turboyolo.train.metrics.evaluate_detections`).
 
     Returns the result and, for the first ``keep_predictions`` images, (path, detections [n, 6]).
     """
@@ -250,9 +252,9 @@ def evaluate(
     if paths is None:  # not rank 0: its shard went to rank 0, which computes the numbers
         return None, []
     gt_labels = [g if g is not None else np.zeros((0, 5), np.float32) for g in gt_labels]
-    gt = yolo_to_coco_gt(gt_labels, sizes, num_classes)
-    result = coco_evaluate(
-        gt, detections_to_coco(dets_cpu), conf_thres=conf_thres, max_det=max_det, backend=backend
+    result = evaluate_detections(
+        dets_cpu, gt_labels, sizes, num_classes,
+        conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, backend=backend,
     )
     return result, list(zip(paths[:keep_predictions], dets_cpu[:keep_predictions]))
 

@@ -42,12 +42,13 @@ from turboyolo.train.config import RESUMABLE, TrainConfig
 from turboyolo.train.engine import EpochStats, StepOptions, TrainState, evaluate, train_one_epoch
 from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
 from turboyolo.train.loaders import RunData, build_loaders
-from turboyolo.train.logger import Progress, RunLogger, SilentLogger, draw_predictions
+from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.metrics import EvalResult
 from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
+VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
 
 
 @dataclass
@@ -119,10 +120,14 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     train_seconds, reason = 0.0, stop.reason(state, 0.0)
     say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} mini-batches/epoch; "
         f"run {run.run_dir}")
+    if run.resume_state is None:
+        logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
     try:
         while reason is None:
             data.train.set_epoch(state.epoch, state.epoch_start_sample)
             batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
+            if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
+                batches = logger.first_batches(batches, data.names)
             progress.start(state.epoch, config.schedule.epochs, len(data.train), state.epoch_batches)
             stats, gpu_readings, epoch_start = EpochStats(device), [], time.perf_counter()
             for values in train_one_epoch(state, monitor.wrap(batches), len(data.train), options, stats):
@@ -152,12 +157,12 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             paths = [weights_dir / "last.pt"]
             interval = config.eval.evaluation_interval
             if interval and reason != INTERRUPTED and (reason is not None or state.epoch % interval == 0):
-                result, shown = validate(state, data, config, device, amp_dtype, keep=4 if env.is_main else 0)
+                keep = VAL_PLOT_IMAGES if env.is_main else 0
+                result, shown = validate(state, data, config, device, amp_dtype, keep=keep)
                 if result is not None:
                     report_evaluation(result, state, config, data.names, train_seconds, reason, finished, say)
-                    logger.scalars(result.as_dict(), state.iteration, prefix="val")
-                    logger.images("val/predictions", draw_predictions(shown, config.eval.conf_thres),
-                                  state.iteration)
+                    logger.evaluation(result, data.names, epoch=state.epoch, iteration=state.iteration,
+                                      shown=shown, labels=data.val_labels)
                     if improves_best(state, result):
                         paths.append(weights_dir / "best.pt")
             if finished and config.output.checkpoint_interval and state.epoch % config.output.checkpoint_interval == 0:
@@ -349,8 +354,8 @@ def validate(state: TrainState, data: RunData, config: TrainConfig, device: torc
     """The EMA weights (or the model's) on the validation split; ``None`` on ranks other than 0."""
     model = state.ema.module if state.ema is not None else state.model
     return evaluate(model, data.val, device=device, num_classes=len(data.names),
-                    conf_thres=config.eval.conf_thres, nms_thres=config.eval.nms_thres, amp_dtype=amp_dtype,
-                    keep_predictions=keep)
+                    conf_thres=config.eval.conf_thres, iou_thres=config.eval.iou_thres,
+                    nms_thres=config.eval.nms_thres, amp_dtype=amp_dtype, keep_predictions=keep)
 
 
 def improves_best(state: TrainState, result: EvalResult) -> bool:
@@ -368,8 +373,8 @@ def report_evaluation(result: EvalResult, state: TrainState, config: TrainConfig
     where = f"epoch {state.epoch}"
     if not finished:  # e.g. "time limit at iteration 7 (epoch 2 unfinished)"
         where = f"{(reason or 'stop').replace('_', ' ')} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
-    say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  P {result.precision:.3f} "
-        f"R {result.recall:.3f} (conf {config.eval.conf_thres})  {train_seconds / 60:.2f} min")
+    say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  {result.summary()}  "
+        f"{train_seconds / 60:.2f} min")
     if config.eval.verbose:
         say(result.table(names))
 

@@ -27,6 +27,11 @@ class RunData:
     train_scan: ScanResult
     val_scan: ScanResult
 
+    @property
+    def val_labels(self) -> dict[str, object]:
+        """Validation image path -> its ground truth ``[m, 5]`` (for the val_batch pictures)."""
+        return {str(sample.image): sample.labels for sample in self.val_scan.samples}
+
 
 def augment_params(config: TrainConfig, spec: ModelSpec) -> AugmentParams | None:
     """The training augmentation: the cfg's ``[net]`` ranges, the flags' zoom and mosaic."""

@@ -1,4 +1,6 @@
-"""Training output: a progress bar, TensorBoard, W&B (optional), ``results.csv`` and ``results.png``.
+"""Training output: a progress bar, TensorBoard, W&B (optional), ``results.csv``, ``per_class.csv``
+and ``results.png``; figures and images written into the run directory are logged to TensorBoard and
+W&B by :meth:`RunLogger.image_files`.
 
 Everything here is fed already-synchronised Python numbers (the engine reads the device once per log
 interval), so logging never adds a host-device sync.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 RESULT_COLUMNS = (
@@ -30,6 +33,8 @@ RESULT_COLUMNS = (
     "gpu_mem_gb",
     "gpu_idle",  # share of the epoch's device time the GPU waited for the CPU (CUDA events)
 )
+# per_class.csv: one row per class and evaluation; P and R at --conf-thres, matched at --iou-thres.
+PER_CLASS_COLUMNS = ("epoch", "iteration", "class", "images", "boxes", "P", "R", "AP50", "AP50-95")
 
 
 class Progress:
@@ -90,6 +95,7 @@ class RunLogger:
     def __init__(self, run_dir: Path, config: dict, tensorboard: bool = True, wandb: bool = False):
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "results.csv"
+        self.per_class_path = self.run_dir / "per_class.csv"
         self.tb = None
         self.wandb = None
         if tensorboard:
@@ -120,28 +126,92 @@ class RunLogger:
         if self.wandb is not None:
             self.wandb.log({f"{prefix}/{k}": v for k, v in values.items()}, step=step)
 
-    def images(self, tag: str, drawings: list, step: int) -> None:
-        """``drawings``: HWC uint8 arrays (predictions drawn on val images)."""
+    def image_files(
+        self, files: Mapping[str, Path], step: int | None, prefix: str = "val"
+    ) -> None:
+        """Log images already written to the run directory (PNG/JPEG) as ``<prefix>/<key>``.
+
+        ``files``: e.g. ``{"PR_curve": run_dir / "PR_curve.png"}``. TensorBoard gets the pixels, W&B a
+        ``wandb.Image`` of the file (its offline run keeps a copy under ``files/media/images``).
+        ``step`` None: W&B adds them to its current step (TensorBoard: step 0), for pictures made
+        between two logged iterations.
+        """
+        if not files:
+            return
         if self.tb is not None:
-            for index, image in enumerate(drawings):
-                self.tb.add_image(f"{tag}/{index}", image, step, dataformats="HWC")
+            import numpy as np
+            from PIL import Image
+
+            for key, path in files.items():
+                with Image.open(path) as image:
+                    pixels = np.asarray(image.convert("RGB"))
+                self.tb.add_image(f"{prefix}/{key}", pixels, step or 0, dataformats="HWC")
         if self.wandb is not None:
             import wandb as wandb_module
 
-            self.wandb.log({tag: [wandb_module.Image(d) for d in drawings]}, step=step)
+            images = {f"{prefix}/{key}": wandb_module.Image(str(path)) for key, path in files.items()}
+            if step is None:
+                self.wandb.log(images, commit=False)
+            else:
+                self.wandb.log(images, step=step)
+
+    def label_statistics(self, labels: Sequence, names: Sequence[str]) -> Path:
+        """``labels.jpg`` of the training labels (per image ``[N, 5]`` cls cx cy w h), logged as train/labels.
+
+        Call once before training starts (not on resume: the file is already there).
+        """
+        from turboyolo.train.plots import plot_labels
+
+        path = plot_labels(labels, names, self.run_dir / "labels.jpg")
+        self.image_files({"labels": path}, 0, prefix="train")
+        return path
+
+    def first_batches(self, batches: Iterable, names: Sequence[str]) -> Iterator:
+        """Wrap the first epoch's batches: ``train_batch0..2.jpg`` as the network sees them, logged too."""
+        from turboyolo.train.plots import plot_first_batches
+
+        yield from plot_first_batches(
+            batches, self.run_dir, names,
+            on_written=lambda path: self.image_files({path.stem: path}, None, prefix="train"),
+        )
+
+    def evaluation(
+        self,
+        result,
+        names: Sequence[str],
+        *,
+        epoch: int,
+        iteration: int,
+        shown: Sequence[tuple] = (),
+        labels: Mapping[str, object] | None = None,
+    ) -> dict[str, Path]:
+        """Everything one evaluation leaves: val/ scalars, a per_class.csv block, the curve and confusion
+        figures and the val_batch mosaics (written into the run directory and logged as val/<name>).
+
+        Args:
+            result: the :class:`turboyolo.train.metrics.EvalResult` (from ``evaluate_detections``).
+            shown: ``(image path, detections [n, 6])`` pairs, ``evaluate``'s kept predictions.
+            labels: image path (str) -> ``[m, 5]`` ground truth of the validation images.
+        Returns the files written, by name.
+        """
+        from turboyolo.train.plots import plot_val_batches, save_evaluation_plots
+
+        self.scalars(result.as_dict(), iteration, prefix="val")
+        self.per_class(result, names, epoch, iteration)
+        written = save_evaluation_plots(result, names, self.run_dir)
+        if shown:
+            batches = plot_val_batches(shown, labels or {}, self.run_dir, names, result.conf_thres)
+            written.update({path.stem: path for path in batches})
+        self.image_files(written, iteration, prefix="val")
+        return written
 
     def epoch_row(self, row: dict) -> None:
-        new = not self.csv_path.exists()
-        with open(self.csv_path, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(
-                {
-                    k: (f"{row[k]:.6g}" if isinstance(row.get(k), float) else row.get(k, ""))
-                    for k in RESULT_COLUMNS
-                }
-            )
+        _append_rows(self.csv_path, RESULT_COLUMNS, [row])
+
+    def per_class(self, result, names: Sequence[str], epoch: int, iteration: int) -> None:
+        """Append the per-class rows of ``result`` (an ``EvalResult``) to ``per_class.csv``."""
+        rows = [{"epoch": epoch, "iteration": iteration, **row} for row in result.per_class_rows(names)]
+        _append_rows(self.per_class_path, PER_CLASS_COLUMNS, rows)
 
     def close(self) -> None:
         if self.csv_path.exists():
@@ -150,6 +220,19 @@ class RunLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _append_rows(path: Path, columns: Sequence[str], rows: list[dict]) -> None:
+    """Append ``rows`` to a CSV file, writing the header when the file is new; floats as ``%.6g``."""
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: (f"{row[k]:.6g}" if isinstance(row.get(k), float) else row.get(k, "")) for k in columns}
+            )
 
 
 def read_results(path: Path) -> list[dict]:
@@ -205,30 +288,17 @@ class SilentLogger:
     def scalars(self, *args, **kwargs) -> None:
         pass
 
-    def epoch_row(self, *args, **kwargs) -> None:
+    def label_statistics(self, *args, **kwargs) -> None:
         pass
 
-    def images(self, *args, **kwargs) -> None:
+    def first_batches(self, batches, names):
+        return batches
+
+    def evaluation(self, *args, **kwargs) -> dict:
+        return {}
+
+    def epoch_row(self, *args, **kwargs) -> None:
         pass
 
     def close(self) -> None:
         pass
-
-
-def draw_predictions(shown, conf_thres: float) -> list:
-    """RGB uint8 drawings of (image path, detections ``[n, 6]`` in original pixels) at ``conf_thres``."""
-    import numpy as np
-
-    from turboyolo.data.decode import load_image
-    from turboyolo.draw import draw_boxes
-    from turboyolo.errors import DataError
-
-    drawings = []
-    for path, dets in shown:
-        try:
-            image = load_image(path)
-        except DataError:  # broke since the evaluation read it: nothing to draw
-            continue
-        dets = np.asarray(dets).reshape(-1, 6)
-        drawings.append(draw_boxes(image, dets[dets[:, 4] >= conf_thres, :4], (255, 40, 40), thickness=2))
-    return drawings

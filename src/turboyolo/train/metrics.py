@@ -1,8 +1,10 @@
-"""Detection metrics through the maintained COCO implementations (pycocotools or faster-coco-eval).
+"""Detection metrics: AP through the maintained COCO implementations, the rest from per-detection matches.
 
-This module only converts YOLO ground truth and detections into COCO's format and reads the numbers
-the evaluator computes: mAP@0.5, mAP@0.5:0.95, AP per class, and precision / recall / F1 at a
-confidence threshold (from the evaluator's own IoU-0.5 matching). No AP is computed by hand here.
+mAP@0.5, mAP@0.5:0.95 and AP per class are what pycocotools (or faster-coco-eval) computes on the YOLO
+ground truth and detections converted to COCO's format; no AP is computed by hand here. Precision,
+recall and F1 at a confidence, their curves against the confidence, the best-F1 confidence and the
+confusion matrix come from :mod:`turboyolo.train.diagnostics`, which matches detections as COCO does at
+``iou_thres`` (at 0.5 its recall is the evaluator's).
 """
 
 from __future__ import annotations
@@ -14,16 +16,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from turboyolo.train import diagnostics
+
 BACKENDS = ("pycocotools", "faster-coco-eval")
 
 
 @dataclass
 class EvalResult:
-    """Numbers of one evaluation. AP values are in [0, 1]; -1 where the class has no ground truth."""
+    """Numbers of one evaluation. AP values are in [0, 1]; -1 where the class has no ground truth.
+
+    Precision, recall and F1 (overall and per class) are read at ``conf_thres`` with matches at
+    ``iou_thres``; ``curves`` and ``confusion`` are filled by :func:`evaluate_detections`.
+    """
 
     map50: float = 0.0
     map50_95: float = 0.0
-    precision: float = 0.0  # at conf_thres, IoU 0.5
+    precision: float = 0.0  # at conf_thres, IoU iou_thres
     recall: float = 0.0
     f1: float = 0.0
     ap50_per_class: list[float] = field(default_factory=list)
@@ -31,6 +39,17 @@ class EvalResult:
     gt_per_class: list[int] = field(default_factory=list)
     num_images: int = 0
     num_detections: int = 0
+    conf_thres: float = 0.25
+    iou_thres: float = 0.5
+    precision_per_class: list[float] = field(default_factory=list)  # at conf_thres
+    recall_per_class: list[float] = field(default_factory=list)
+    images_per_class: list[int] = field(default_factory=list)  # images holding a box of the class
+    best_conf: float = 0.0  # the confidence of the highest overall F1 (grid of 1000)
+    best_f1: float = 0.0
+    best_precision: float = 0.0
+    best_recall: float = 0.0
+    curves: diagnostics.Curves | None = None
+    confusion: np.ndarray | None = None  # int64 [C + 1, C + 1]: (predicted, true), index C = background
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -39,25 +58,52 @@ class EvalResult:
             "precision": self.precision,
             "recall": self.recall,
             "f1": self.f1,
+            "best_f1": self.best_f1,
+            "best_f1_conf": self.best_conf,
         }
 
+    def summary(self) -> str:
+        """One line: P / R / F1 at ``conf_thres`` and the best F1 with its confidence and P / R there."""
+        return (
+            f"P {self.precision:.3f} R {self.recall:.3f} F1 {self.f1:.3f} at conf {self.conf_thres:g}; "
+            f"best F1 {self.best_f1:.3f} at conf {self.best_conf:.3f} "
+            f"(P {self.best_precision:.3f} R {self.best_recall:.3f}), IoU {self.iou_thres:g}"
+        )
+
+    def per_class_rows(self, names: Sequence[str]) -> list[dict]:
+        """Per class: class, images, boxes, P, R (at ``conf_thres``), AP50, AP50-95 (-1: no boxes)."""
+        def at(values, index, default):
+            return values[index] if index < len(values) else default
+
+        return [
+            {
+                "class": name,
+                "images": at(self.images_per_class, index, 0),
+                "boxes": at(self.gt_per_class, index, 0),
+                "P": at(self.precision_per_class, index, 0.0),
+                "R": at(self.recall_per_class, index, 0.0),
+                "AP50": at(self.ap50_per_class, index, -1.0),
+                "AP50-95": at(self.ap_per_class, index, -1.0),
+            }
+            for index, name in enumerate(names)
+        ]
+
     def table(self, names: Sequence[str]) -> str:
-        """Per-class table: class, ground truths, AP@0.5, AP@0.5:0.95."""
+        """Per-class table (the rows of ``per_class.csv``) and the overall line."""
         width = max([len("class"), *(len(n) for n in names)])
-        lines = [f"{'class':<{width}}  {'boxes':>6}  {'AP50':>6}  {'AP50-95':>7}"]
-        for index, name in enumerate(names):
-            gt = self.gt_per_class[index] if index < len(self.gt_per_class) else 0
-            ap50 = self.ap50_per_class[index] if index < len(self.ap50_per_class) else -1
-            ap = self.ap_per_class[index] if index < len(self.ap_per_class) else -1
-            cells = (f"{ap50:6.3f}  {ap:7.3f}") if gt else f"{'-':>6}  {'-':>7}"
-            lines.append(f"{name:<{width}}  {gt:>6}  {cells}")
+        header = ("class", "images", "boxes", "P", "R", "AP50", "AP50-95")
+        lines = [f"{header[0]:<{width}}  " + "  ".join(f"{h:>7}" for h in header[1:])]
+        for row in self.per_class_rows(names):
+            if row["boxes"]:
+                cells = "  ".join(f"{row[k]:7.3f}" for k in header[3:])
+            else:
+                cells = "  ".join(f"{'-':>7}" for _ in header[3:])
+            lines.append(f"{row['class']:<{width}}  {row['images']:>7}  {row['boxes']:>7}  {cells}")
         lines.append(
-            f"{'all':<{width}}  {sum(self.gt_per_class):>6}  {self.map50:6.3f}  {self.map50_95:7.3f}"
+            f"{'all':<{width}}  {self.num_images:>7}  {sum(self.gt_per_class):>7}  {self.precision:7.3f}  "
+            f"{self.recall:7.3f}  {self.map50:7.3f}  {self.map50_95:7.3f}"
         )
-        lines.append(
-            f"P {self.precision:.3f}  R {self.recall:.3f}  F1 {self.f1:.3f} "
-            f"({self.num_detections} detections on {self.num_images} images)"
-        )
+        lines.append(f"{self.summary()} ({self.num_detections} detections on {self.num_images} images)")
         return "\n".join(lines)
 
 
@@ -115,11 +161,10 @@ def coco_evaluate(
     gt: dict,
     detections: list[dict],
     *,
-    conf_thres: float = 0.25,
     max_det: int = 300,
     backend: str = "pycocotools",
 ) -> EvalResult:
-    """Run the COCO evaluator on a ground-truth dict and COCO result dicts."""
+    """AP of COCO result dicts on a ground-truth dict, by the COCO evaluator (P / R / F1 left at 0)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     num_classes = len(gt["categories"])
@@ -150,9 +195,6 @@ def coco_evaluate(
     present = [c for c in range(num_classes) if gt_counts[c]]
     result.map50 = float(np.mean([result.ap50_per_class[c] for c in present])) if present else 0.0
     result.map50_95 = float(np.mean([result.ap_per_class[c] for c in present])) if present else 0.0
-    result.precision, result.recall = _pr_at_conf(gt, detections, gt_counts, conf_thres, max_det, backend)
-    denominator = result.precision + result.recall
-    result.f1 = 2 * result.precision * result.recall / denominator if denominator else 0.0
     return result
 
 
@@ -191,19 +233,50 @@ def _run(gt: dict, detections: list[dict], max_det: int, backend: str):
     return evaluator
 
 
-def _pr_at_conf(
-    gt: dict, detections: list[dict], gt_counts: np.ndarray, conf_thres: float, max_det: int, backend: str
-) -> tuple[float, float]:
-    """Precision and recall of the detections scoring ``>= conf_thres``, at IoU 0.5.
+def evaluate_detections(
+    detections: Sequence[np.ndarray],
+    labels: Sequence[np.ndarray],
+    image_hw: Sequence[tuple[int, int]],
+    num_classes: int,
+    *,
+    conf_thres: float = 0.25,
+    iou_thres: float = 0.5,
+    max_det: int = 300,
+    backend: str = "pycocotools",
+) -> EvalResult:
+    """Every number of one evaluation: COCO AP, P / R / F1 at ``conf_thres``, curves, confusion matrix.
 
-    The evaluator is run again on those detections alone: its recall per class is then exactly the
-    matched fraction of the ground truth, so true positives = recall * ground truths.
+    Args:
+        detections: per image, ``[n, 6]`` (x1, y1, x2, y2, score, class) in original pixels, every
+            detection the AP should see (down to the evaluation's low confidence).
+        labels: per image, ``[m, 5]`` (class, cx, cy, w, h) relative to the image.
+        image_hw: per image, its (height, width).
+        num_classes: classes 0..num_classes-1.
+        conf_thres: where precision / recall / F1 and the confusion matrix are read.
+        iou_thres: IoU of a match for precision / recall / F1, their curves and the confusion matrix
+            (AP is always COCO's: at 0.5 and averaged over 0.5:0.95).
+        max_det: detections per image the COCO evaluator keeps.
+        backend: ``pycocotools`` or ``faster-coco-eval``.
     """
-    kept = [d for d in detections if d["score"] >= conf_thres]
-    if not kept:
-        return 0.0, 0.0
-    evaluator = _run(gt, kept, max_det, backend)
-    recall = np.asarray(evaluator.eval["recall"])[0, :, 0, -1]  # [K] at IoU 0.5, area all
-    cat_ids = list(evaluator.params.catIds)
-    true_pos = sum(float(r) * gt_counts[c - 1] for r, c in zip(recall, cat_ids, strict=False) if r > -1)
-    return true_pos / len(kept), true_pos / max(int(gt_counts.sum()), 1)
+    gt = yolo_to_coco_gt(labels, image_hw, num_classes)
+    result = coco_evaluate(gt, detections_to_coco(detections), max_det=max_det, backend=backend)
+    matches = diagnostics.match_detections(detections, labels, image_hw, num_classes, iou_thres)
+    true_pos, kept = diagnostics.counts_at(matches, conf_thres)
+    gt_counts = matches.gt_per_class
+    result.conf_thres, result.iou_thres = conf_thres, iou_thres
+    result.precision, result.recall = diagnostics.precision_recall_at(matches, conf_thres)
+    result.f1 = diagnostics.f1_score(result.precision, result.recall)
+    result.precision_per_class = [float(t / k) if k else 0.0 for t, k in zip(true_pos, kept)]
+    result.recall_per_class = [float(t / g) if g else 0.0 for t, g in zip(true_pos, gt_counts)]
+    result.images_per_class = [0] * num_classes
+    for boxes in labels:
+        for cls in np.unique(np.asarray(boxes).reshape(-1, 5)[:, 0].astype(np.int64)):
+            if 0 <= cls < num_classes:
+                result.images_per_class[cls] += 1
+    result.curves = diagnostics.curves(matches)
+    result.best_conf, result.best_f1 = result.curves.best_conf, result.curves.best_f1
+    result.best_precision, result.best_recall = result.curves.best_precision, result.curves.best_recall
+    result.confusion = diagnostics.confusion_matrix(
+        detections, labels, image_hw, num_classes, conf_thres=conf_thres, iou_thres=iou_thres
+    )
+    return result
