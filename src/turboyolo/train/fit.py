@@ -28,6 +28,7 @@ from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
 from turboyolo.model.darknet import Darknet
+from turboyolo.model.zoo import with_classes
 from turboyolo.model.loading import (
     export_weights,
     init_head_priors,
@@ -46,6 +47,7 @@ from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.metrics import EvalResult
 from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+from turboyolo.train.recipe import check_anchors, describe, resolve
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
 VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
@@ -66,13 +68,20 @@ class FitResult:
 
 @dataclass
 class StopRule:
-    """The one place that decides whether the run goes on."""
+    """The one place that decides whether the run goes on.
+
+    :meth:`reason` is asked after every update and at the end of every epoch; :meth:`after_evaluation`
+    after each evaluation (early stopping: ``patience`` epochs since the best fitness).
+    """
 
     epochs: int
     max_iterations: int  # 0: no limit
     limit_s: float  # 0: no limit
     stop_at_iteration: int | None = None  # tests: stop as an interruption would
     broadcast: bool = False  # under torchrun with a time limit: rank 0's clock decides for all
+    patience: int = 0  # epochs without a better fitness before stopping (0: never)
+    planned_iterations: int = 0  # where the schedule ends (--max-batches or --epochs), for the messages
+    distributed_run: bool = False  # under torchrun: rank 0 (which evaluates) decides patience for all
 
     def reason(self, state: TrainState, train_seconds: float) -> str | None:
         """None to go on, else why the run stops (``interrupted``, ``max_batches``, ``epochs``, ...)."""
@@ -87,6 +96,25 @@ class StopRule:
             why = "time_limit"
         return distributed.broadcast_object(why) if self.broadcast else why
 
+    def after_evaluation(self, state: TrainState) -> str | None:
+        """``"patience"`` when ``patience`` epochs passed since the best fitness, else None."""
+        why = None
+        if self.patience and state.best_epoch is not None and state.epoch - state.best_epoch >= self.patience:
+            why = "patience"
+        return distributed.broadcast_object(why) if self.distributed_run else why
+
+    def message(self, reason: str | None, state: TrainState) -> str | None:
+        """What the console says about a stop that is not the planned end (None when it is)."""
+        if reason == "patience":
+            return (f"stopped early at epoch {state.epoch}: no better fitness in the {self.patience} epochs "
+                    f"since epoch {state.best_epoch} (--patience {self.patience}); best.pt is epoch "
+                    f"{state.best_epoch}'s")
+        if reason == "time_limit" and self.planned_iterations and state.iteration < self.planned_iterations:
+            return (f"warning: --time-limit stopped the run at iteration {state.iteration} of the "
+                    f"{self.planned_iterations} its schedule spans (--max-batches/--epochs): the learning "
+                    "rate never reached the end of its schedule; give more time or fewer iterations")
+        return None
+
 
 def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: bool = False) -> FitResult:
     """Train as ``config`` says (see :mod:`turboyolo.train.config`); returns the run directory and numbers.
@@ -99,6 +127,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     try:
         mini_batch = check_batching(spec, env.world_size)
         data = load_data(run, mini_batch)
+        spec = fit_to_data(run, data)
         device = distributed.device_for(env, resolve_device(config.runtime.device))
         state = build_state(config, spec, env, device, run.resume_state, say)
     except BaseException:
@@ -114,17 +143,21 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     writer = CheckpointWriter()
     progress = Progress(enabled=not run.quiet)
     stop = StopRule(config.schedule.epochs, run.max_iterations, config.schedule.time_limit_min * 60.0,
-                    stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0)
+                    stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0,
+                    patience=config.schedule.patience, planned_iterations=run.planned_iterations(),
+                    distributed_run=env.enabled)
     cfg_text = format_cfg(spec)
     result: EvalResult | None = None
     train_seconds, reason = 0.0, stop.reason(state, 0.0)
     say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} mini-batches/epoch; "
         f"run {run.run_dir}")
+    for line in describe(config):
+        say(line)
     if run.resume_state is None:
         logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
     try:
         while reason is None:
-            data.train.set_epoch(state.epoch, state.epoch_start_sample)
+            data.train.set_epoch(state.epoch, state.epoch_start_sample, mix=mixing(state.epoch, run, say))
             batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
             if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
                 batches = logger.first_batches(batches, data.names)
@@ -165,6 +198,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                                       shown=shown, labels=data.val_labels)
                     if improves_best(state, result):
                         paths.append(weights_dir / "best.pt")
+                reason = reason or stop.after_evaluation(state)
             if finished and config.output.checkpoint_interval and state.epoch % config.output.checkpoint_interval == 0:
                 paths.append(weights_dir / f"epoch{state.epoch}.pt")
             if finished or result is not None:
@@ -178,6 +212,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         writer.close()
         logger.close()
         distributed.cleanup()
+    if stop.message(reason, state):
+        say(stop.message(reason, state))
     if env.is_main and reason != INTERRUPTED:
         finish_outputs(state, spec, weights_dir, run.run_dir, say)
     return FitResult(run.run_dir, result.as_dict() if result is not None else {}, state.best_fitness,
@@ -197,6 +233,7 @@ class Run:
     say: Callable[..., None]
     resume_state: dict | None = None
     made_here: bool = False  # this call created run_dir (so a failed start may remove it)
+    batches_per_epoch: int = 0  # training mini-batches per epoch on this rank (known once the data is)
 
     @property
     def weights_dir(self) -> Path:
@@ -206,6 +243,21 @@ class Run:
     def max_iterations(self) -> int:
         chosen = self.config.schedule.max_batches
         return self.spec.net.max_batches if chosen is None else chosen
+
+    def iterations_per_epoch(self) -> int:
+        subdivisions = max(self.spec.net.subdivisions // self.env.world_size, 1)
+        return max(-(-self.batches_per_epoch // subdivisions), 1)  # an epoch's last iteration may be partial
+
+    def planned_epochs(self) -> int:
+        """Epochs until the run's planned end: --epochs, or fewer when --max-batches comes first."""
+        epochs = self.config.schedule.epochs
+        if self.max_iterations and self.batches_per_epoch:
+            epochs = min(epochs, -(-self.max_iterations // self.iterations_per_epoch()))
+        return epochs
+
+    def planned_iterations(self) -> int:
+        by_epochs = self.config.schedule.epochs * self.iterations_per_epoch()
+        return min(self.max_iterations, by_epochs) if self.max_iterations else by_epochs
 
     def discard(self) -> None:
         if self.made_here and self.env.is_main and not any(self.weights_dir.glob("*.pt")):
@@ -230,6 +282,7 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         run_dir = Path(config.resume).resolve().parent.parent
     else:
         spec = apply_overrides(parse_cfg(config.cfg), config)
+        config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
         made = next_run_dir(config.output.project, config.output.name, config.output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
@@ -252,7 +305,8 @@ def read_training_checkpoint(path: str | Path) -> dict:
 
 
 def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
-    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size`` and ``--max-batches`` applied."""
+    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size``, ``--max-batches`` and ``--single-cls``
+    applied."""
     schedule, changes = config.schedule, {}
     if schedule.batch:
         changes["batch"] = schedule.batch
@@ -262,7 +316,8 @@ def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
         changes["width"] = changes["height"] = config.data_args.img_size
     if schedule.max_batches:  # 0 means "epochs decide"; the schedule keeps the cfg's max_batches
         changes["max_batches"] = schedule.max_batches
-    return spec.with_net(**changes) if changes else spec
+    spec = spec.with_net(**changes) if changes else spec
+    return with_classes(spec, 1) if config.data_args.single_cls else spec
 
 
 def check_batching(spec: ModelSpec, world_size: int) -> int:
@@ -287,6 +342,30 @@ def load_data(run: Run, mini_batch: int) -> RunData:
 
     ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
     return distributed.once_per_node(env, ready, build) or build()
+
+
+def fit_to_data(run: Run, data: RunData) -> ModelSpec:
+    """The cfg the run trains: on a fresh start the anchor check (``--autoanchor`` may replace them,
+    then model.cfg is rewritten); the training set's size fixes the epochs ``--close-mosaic`` counts."""
+    run.batches_per_epoch = len(data.train)
+    if run.resume_state is None:
+        spec = check_anchors(run.spec, data.train_scan.samples, autoanchor=run.config.loss.autoanchor,
+                             data=run.config.data, cfg=run.config.cfg, say=run.say)
+        if spec is not run.spec and run.env.is_main:
+            (run.run_dir / "model.cfg").write_text(format_cfg(spec))
+        run.spec = spec
+    return run.spec
+
+
+def mixing(epoch: int, run: Run, say: Callable[..., None]) -> bool:
+    """Whether mosaic and mixup may run in ``epoch`` (``--close-mosaic N``: not in the last N)."""
+    augment = run.config.augment
+    if not augment.close_mosaic:
+        return True
+    first_closed = run.planned_epochs() - augment.close_mosaic
+    if epoch == first_closed and (augment.mosaic or augment.mixup):
+        say(f"epoch {epoch + 1}: mosaic and mixup off for the last {augment.close_mosaic} epochs (--close-mosaic)")
+    return epoch < first_closed
 
 
 def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, device: torch.device,
@@ -328,7 +407,8 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         schedule=Schedule.from_net(net),
         loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss, iou_thresh=loss.assign_iou_thresh,
                          anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
-                         gains=(loss.box_gain, loss.obj_gain, loss.cls_gain)),
+                         gains=(loss.box_gain, loss.obj_gain, loss.cls_gain),
+                         label_smoothing=loss.label_smoothing or 0.0),
         images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
         subdivisions=net.subdivisions // env.world_size,
         world_size=env.world_size,
@@ -363,7 +443,7 @@ def improves_best(state: TrainState, result: EvalResult) -> bool:
     fitness = result.map50 * 0.1 + result.map50_95 * 0.9
     if fitness <= state.best_fitness:
         return False
-    state.best_fitness = fitness
+    state.best_fitness, state.best_epoch = fitness, state.epoch
     return True
 
 

@@ -12,7 +12,9 @@ does not depend on ``subdivisions``):
   ``(2 - w * h) * (1 - GIoU)`` with ``box_loss="giou"``;
 * ``obj``: binary cross-entropy on the objectness logit (1 for assigned cells, 0 for the others that are
   not ignored);
-* ``cls``: binary cross-entropy on the class logits of assigned cells (one-hot), also for one class.
+* ``cls``: binary cross-entropy on the class logits of assigned cells (one-hot, or with
+  ``label_smoothing`` eps the targets 1 - eps/2 and eps/2 as AlexeyAB's ``label_smooth_eps``), also for
+  one class.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class YoloLoss:
             within this factor of the box's (PyTorch-YOLOv3 / YOLOv5 use 4) instead of the best anchor.
         obj_iou: objectness target of assigned cells = IoU of the predicted box with its ground truth
             (detached) instead of 1.
+        label_smoothing: eps of the class targets (``1 - eps/2`` for the box's class, ``eps/2`` else).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class YoloLoss:
         iou_thresh: float = 1.0,
         anchor_ratio: float = 0.0,
         obj_iou: bool = False,
+        label_smoothing: float = 0.0,
     ):
         if box_loss not in ("darknet", "giou"):
             raise ValueError(f"box_loss must be 'darknet' or 'giou', got {box_loss!r}")
@@ -82,6 +86,7 @@ class YoloLoss:
         self.iou_thresh = iou_thresh
         self.anchor_ratio = anchor_ratio
         self.obj_iou = obj_iou
+        self.label_smoothing = label_smoothing
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def __call__(
@@ -175,8 +180,10 @@ class YoloLoss:
             obj = obj + (bce * obj_weight).sum()
             if not len(sel):
                 continue
-            one_hot = F.one_hot(c, head.num_classes).float()
-            cls = cls + F.binary_cross_entropy_with_logits(ps[:, 5:], one_hot, reduction="sum")
+            cls_target = F.one_hot(c, head.num_classes).float()
+            if self.label_smoothing:
+                cls_target = cls_target * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+            cls = cls + F.binary_cross_entropy_with_logits(ps[:, 5:], cls_target, reduction="sum")
 
         terms = torch.stack([box * self.gains[0], obj * self.gains[1], cls * self.gains[2]])
         return terms.sum(), terms.detach()
