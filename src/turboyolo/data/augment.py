@@ -40,8 +40,10 @@ class AugmentParams:
         min_box_px: boxes narrower or lower than this (output pixels) after clipping are dropped.
         min_visible: boxes keeping less than this fraction of their area inside the image are dropped.
         mosaic: probability that a training sample is a mosaic of 4 images (0 = off, the default).
-            A mosaic places the 4 images (each scaled by ``scale`` to about half the output) around a
-            random centre, then applies flip and HSV; rotation and translation are not applied to it.
+            A mosaic places the 4 images around a random centre, each at the scale it would have
+            alone (letterbox fit x ``scale``, as Darknet and Ultralytics keep it: the sizes the network
+            learns do not shrink), each showing the part of it next to the centre; then flips and HSV;
+            rotation and translation are not applied to it.
         mixup: probability that a training sample is blended with another one (each built as usual,
             mosaic included), ``r * a + (1 - r) * b`` with ``r ~ Beta(32, 32)``, boxes of both kept.
     """
@@ -285,8 +287,8 @@ def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], o
     """Four images around a random centre, then flips and HSV (see ``AugmentParams.mosaic``).
 
     Image k fills the quadrant that touches the centre with its bottom-right (k=0), bottom-left (1),
-    top-right (2) or top-left (3) corner, scaled by ``0.5 * out_size / longer side * zoom``; its boxes
-    are clipped to that quadrant, so no box crosses into another image.
+    top-right (2) or top-left (3) corner, scaled by ``out_size / longer side * zoom`` (its letterbox
+    fit); its boxes are clipped to that quadrant, so no box crosses into another image.
 
     Args:
         parts: 4 x (uint8 image standing for the original, float32 [N, 5] labels relative to the
@@ -308,7 +310,7 @@ def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], o
     all_boxes, first_matrix = [], None
     for k, ((image, labels, orig_hw), (qx1, qy1, qx2, qy2)) in enumerate(zip(parts, quadrants, strict=True)):
         h, w = orig_hw
-        s = 0.5 * size / max(h, w) * zooms[k]
+        s = size / max(h, w) * zooms[k]
         # the image's corner that touches the centre: bottom-right, bottom-left, top-right, top-left
         tx = cx - s * w if k in (0, 2) else cx
         ty = cy - s * h if k in (0, 1) else cy

@@ -371,11 +371,13 @@ OPTION_GROUP: dict[str, str] = {f.name: group for group, kind in GROUPS.items() 
 # The keys of a --hyp file: every augmentation and loss knob.
 HYP_GROUPS = ("augment", "loss")
 HYP_OPTIONS = tuple(f.name for group in HYP_GROUPS for f in fields(GROUPS[group]))
+RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROUPS))  # config.yaml's top level
 
 
 def read_hyp(path: str | Path) -> dict[str, Any]:
     """The option values of a ``--hyp`` YAML file: flat (``mosaic: 0.5``) or grouped as in a run's
-    ``config.yaml`` (``augment: {mosaic: 0.5}``, ``loss: {...}``); keys are :data:`HYP_OPTIONS`."""
+    ``config.yaml`` (``augment: {mosaic: 0.5}``, ``loss: {...}``; a whole ``config.yaml`` works, its
+    other sections are not read); keys are :data:`HYP_OPTIONS`."""
     import yaml
 
     try:
@@ -387,10 +389,11 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise FlagError(f"--hyp {path}: expected a mapping of option names to values")
     flat: dict[str, Any] = {}
+    run_config = any(isinstance(loaded.get(group), dict) for group in HYP_GROUPS)
     for key, value in loaded.items():
         if key in HYP_GROUPS and isinstance(value, dict):
             flat.update(value)
-        else:
+        elif not (run_config and key in RUN_KEYS):  # a run's config.yaml: only its recipe is read
             flat[key] = value
     unknown = sorted(set(flat) - set(HYP_OPTIONS))
     if unknown:
