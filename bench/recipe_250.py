@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=250)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a training option by its flat name (repeatable)")
-    parser.add_argument("--lr", type=float, default=None, help="the cfg's learning_rate (default: the demo's)")
+    parser.add_argument("--lr", type=float, default=None, help="the cfg's learning_rate")
     parser.add_argument("--csv", default="bench/results/recipe_250.csv")
     parser.add_argument("--project", default="/tmp/recipe250")
     args = parser.parse_args()
@@ -63,8 +63,9 @@ def main() -> int:
     weights = assets.fetch("yolov3-tiny")
     trees = build_trees(assets.cache_dir() / "datasets" / "trees")
     started = time.perf_counter()
-    result = demo_finetune(trees, weights, Path(args.project) / f"{args.variant}-s{args.seed}", args.iterations,
-                           seed=args.seed, learning_rate=args.lr or DEMO_LR, **changes)
+    project = Path(args.project) / f"{args.variant}-s{args.seed}"
+    result = demo_finetune(trees, weights, project, args.iterations, seed=args.seed,
+                           learning_rate=args.lr or DEMO_LR, **changes)
     wall = (time.perf_counter() - started) / 60
     torch.set_num_threads(torch.multiprocessing.cpu_count())
     weights_dir = result.run_dir / "weights"
@@ -75,10 +76,11 @@ def main() -> int:
             if not path.exists():
                 scores[f"{which}_{size}"] = None
                 continue
-            metrics, _ = test_weights(path, trees / "trees.data",
-                                      TestOptions(img_size=size, workers=1, nms_thres=DEMO_NMS), log=lambda _: None)
+            options = TestOptions(img_size=size, workers=1, nms_thres=DEMO_NMS)
+            metrics, _ = test_weights(path, trees / "trees.data", options, log=lambda _: None)
             scores[f"{which}_{size}"] = metrics
-    best_epoch = read_checkpoint(weights_dir / "best.pt").get("epoch") if (weights_dir / "best.pt").exists() else None
+    best = weights_dir / "best.pt"
+    best_epoch = read_checkpoint(best).get("epoch") if best.exists() else None
     row = {
         "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
         "variant": args.variant, "seed": args.seed,

@@ -85,7 +85,8 @@ def test_patience_stops_at_the_right_epoch(tmp_path, monkeypatch, capsys):
     cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
     result = fit(_config(cfg, data, tmp_path / "runs", epochs=20, evaluation_interval=1, patience=3))
     assert seen == [1, 2, 3, 4, 5] and result.epochs == 5 and result.stop_reason == "patience"
-    assert "stopped early at epoch 5: no better fitness in the 3 epochs since epoch 2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "stopped early at epoch 5: no better fitness in the 3 epochs since epoch 2" in out
     saved = torch.load(result.run_dir / "weights" / "best.pt", weights_only=True)
     assert saved["epoch"] == 2 and saved["best_epoch"] == 2
 

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = demo_finetune(trees_dir, weights, project, args.iterations or DEMO_ITERATIONS, seed=args.seed)
     run_dir = result.run_dir
-    print(f"[demo] fine-tuned {result.iterations} iterations in {result.minutes:.1f} min of training: {run_dir}")
+    print(f"[demo] fine-tuned {result.iterations} iterations in {result.minutes:.1f} minutes of training "
+          f"(evaluations excluded): {run_dir}")
     _print_curve(run_dir)
     _evaluate_and_detect(run_dir, trees_dir, project)
     print(f"[demo] done in {(time.time() - started) / 60:.1f} min")
@@ -91,8 +92,8 @@ def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
     scores = {}
     for size in (416, DEMO_VAL_SIZE):
         print(f"[demo] turboyolo test --weights {checkpoint} --img-size {size} (trees val split)")
-        result, _ = test_weights(checkpoint, trees_dir / "trees.data",
-                                 TestOptions(img_size=size, workers=1, nms_thres=DEMO_NMS), log=lambda _: None)
+        options = TestOptions(img_size=size, workers=1, nms_thres=DEMO_NMS)
+        result, _ = test_weights(checkpoint, trees_dir / "trees.data", options, log=lambda _: None)
         scores[size] = result
     print(f"[demo] {checkpoint.name}: " + ", ".join(
         f"mAP@0.5 {r.map50:.3f} (mAP@0.5:0.95 {r.map50_95:.3f}) at {s}" for s, r in scores.items()))

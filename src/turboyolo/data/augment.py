@@ -69,7 +69,8 @@ class AugmentParams:
             raise ValueError("saturation and exposure are Darknet factors >= 1 (1 = off)")
         if not 0 <= self.mosaic <= 1 or not 0 <= self.mixup <= 1:
             raise ValueError("mosaic and mixup are probabilities in [0, 1]")
-        if not 0 <= self.flip <= 1 or not 0 <= self.flipud <= 1 or self.jitter < 0 or self.hue < 0 or self.translate < 0:
+        flips_ok = 0 <= self.flip <= 1 and 0 <= self.flipud <= 1
+        if not flips_ok or min(self.jitter, self.hue, self.translate) < 0:
             raise ValueError("flip must be a probability; jitter, hue and translate >= 0")
 
     @classmethod
@@ -304,7 +305,7 @@ def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], o
     zooms = rng.uniform(params.scale[0], params.scale[1], size=4)
     flip = rng.random() < params.flip
     table = hsv_table(rng, params.hue, params.saturation, params.exposure)
-    flipud = params.flipud > 0 and rng.random() < params.flipud  # drawn last: runs without it keep their draws
+    flipud = params.flipud > 0 and rng.random() < params.flipud  # last: runs without it keep their draws
     canvas = np.full((size, size, 3), FILL_VALUE, np.uint8)
     quadrants = ((0, 0, cx, cy), (cx, 0, size, cy), (0, cy, cx, size), (cx, cy, size, size))
     all_boxes, first_matrix = [], None

@@ -252,7 +252,8 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         if self.shuffle:
             rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5A3D])
             if self.weights is not None:
-                order = rng.choice(self.num_samples, size=self.num_samples, p=self.weights / self.weights.sum())
+                chance = self.weights / self.weights.sum()
+                order = rng.choice(self.num_samples, size=self.num_samples, p=chance)
             else:
                 order = rng.permutation(self.num_samples)
         elif self.aspect is not None:
@@ -277,7 +278,8 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
             chunk = order[b * self.batch_size:(b + 1) * self.batch_size]
             size = int(sizes[b]) if self.aspect is None else rect_shape(self.aspect[chunk], int(sizes[b]))
             # (index, epoch, size) as before --close-mosaic; a 4th element only when mosaic/mixup are off
-            yield [(int(i), self.epoch, size) if self.mix else (int(i), self.epoch, size, False) for i in chunk]
+            yield [(int(i), self.epoch, size) if self.mix else (int(i), self.epoch, size, False)
+                   for i in chunk]
 
 
 def rect_shape(aspects: np.ndarray, img_size: int) -> int | tuple[int, int]:

@@ -93,7 +93,8 @@ class AugmentArgs:
     aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
                                             metavar=("MIN", "MAX"))
     translate: float = option(0.1, "random shift, a fraction of the input side per axis", type=float)
-    degrees: float | None = option(None, "random rotation in +-degrees (default: the cfg's angle)", type=float)
+    degrees: float | None = option(None, "random rotation in +-degrees (default: the cfg's angle)",
+                                   type=float)
     jitter: float | None = option(None, "aspect-ratio jitter (default: the cfg's [yolo] jitter, at most 0.3)",
                                   type=float)
     hue: float | None = option(None, "hue shift, a fraction of the colour circle (default: the cfg's hue)",
@@ -297,8 +298,8 @@ class TrainConfig:
             groups[group][name] = tuple(value) if isinstance(value, list) else value
         made = {group: GROUPS[group](**values) for group, values in groups.items()}
         return cls(cfg=str(cfg or ""), data=str(data or ""), weights=str(weights) if weights else None,
-                   resume=str(resume) if resume else None, hyp=str(hyp) if hyp else None, given=tuple(options),
-                   **made)
+                   resume=str(resume) if resume else None, hyp=str(hyp) if hyp else None,
+                   given=tuple(options), **made)
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> TrainConfig:
@@ -371,7 +372,7 @@ OPTION_GROUP: dict[str, str] = {f.name: group for group, kind in GROUPS.items() 
 # The keys of a --hyp file: every augmentation and loss knob.
 HYP_GROUPS = ("augment", "loss")
 HYP_OPTIONS = tuple(f.name for group in HYP_GROUPS for f in fields(GROUPS[group]))
-RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROUPS))  # config.yaml's top level
+RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROUPS))  # config.yaml's top
 
 
 def read_hyp(path: str | Path) -> dict[str, Any]:

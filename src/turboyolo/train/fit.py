@@ -28,7 +28,6 @@ from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.zoo import with_classes
 from turboyolo.model.loading import (
     export_weights,
     init_head_priors,
@@ -36,6 +35,7 @@ from turboyolo.model.loading import (
     read_checkpoint,
     save_darknet_weights,
 )
+from turboyolo.model.zoo import with_classes
 from turboyolo.rundir import next_run_dir
 from turboyolo.train import distributed
 from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict, restore
@@ -364,7 +364,8 @@ def mixing(epoch: int, run: Run, say: Callable[..., None]) -> bool:
         return True
     first_closed = run.planned_epochs() - augment.close_mosaic
     if epoch == first_closed and (augment.mosaic or augment.mixup):
-        say(f"epoch {epoch + 1}: mosaic and mixup off for the last {augment.close_mosaic} epochs (--close-mosaic)")
+        say(f"epoch {epoch + 1}: mosaic and mixup off for the last {augment.close_mosaic} epochs "
+            "(--close-mosaic)")
     return epoch < first_closed
 
 

@@ -45,7 +45,8 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
         log(scan.summary())
     names = list(train_scan.names or val_scan.names)
     if config.data_args.single_cls:
-        train_scan.samples, val_scan.samples = single_class(train_scan.samples), single_class(val_scan.samples)
+        train_scan.samples = single_class(train_scan.samples)
+        val_scan.samples = single_class(val_scan.samples)
         names = names if len(names) == 1 else ["item"]
         log(f"--single-cls: every box is class 0 ({names[0]!r})")
     weights = image_weights(train_scan.samples, len(names)) if config.data_args.image_weights else None

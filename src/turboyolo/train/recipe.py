@@ -89,7 +89,8 @@ def check_anchors(spec: ModelSpec, samples: Sequence[Sample], *, autoanchor: boo
     if yolo is None or not labelled or any(s.hw is None for s in labelled):
         return spec
     net = spec.net
-    sizes = letterbox_box_sizes([s.labels for s in labelled], [s.hw for s in labelled], (net.width, net.height))
+    sizes = letterbox_box_sizes([s.labels for s in labelled], [s.hw for s in labelled],
+                                (net.width, net.height))
     current = anchor_fit(sizes, yolo.anchors, ANCHOR_IOU)
     say(f"anchors: {_figures(current)} on {len(sizes)} training boxes at {net.width}x{net.height}")
     if current.recall >= MIN_BPR:
