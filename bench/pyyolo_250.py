@@ -64,7 +64,8 @@ def inner(out: Path, data: Path, weights: Path, seed: int, epochs: int) -> None:
     os.chdir(out)
     sys.argv = ["pytorchyolo-train", "--model", str(out / "yolov3-tiny-trees.cfg"), "--data", str(data),
                 "--epochs", str(epochs), "--pretrained_weights", str(weights), "--n_cpu", "1",
-                "--checkpoint_interval", str(epochs), "--evaluation_interval", str(epochs), "--seed", str(seed)]
+                "--checkpoint_interval", str(epochs), "--evaluation_interval", str(epochs),
+                "--seed", str(seed)]
     train.run()
     model = load_model(str(out / "yolov3-tiny-trees.cfg"))
     model.load_state_dict(torch.load(out / "checkpoints" / f"yolov3_ckpt_{epochs}.pth", map_location="cpu"))
@@ -112,14 +113,16 @@ def main() -> int:
     for size in (416, 512):
         options = TestOptions(cfg=str(out / "yolov3-tiny-trees.cfg"), img_size=size, workers=1,
                               nms_thres=DEMO_NMS)
-        scores[size], _ = test_weights(out / "final.weights", trees / "trees.data", options, log=lambda _: None)
+        scores[size], _ = test_weights(out / "final.weights", trees / "trees.data", options,
+                                       log=lambda _: None)
     row = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
            "variant": "pytorchyolo-1.8.0", "seed": args.seed,
            "changes": json.dumps({"trainer": "PyTorch-YOLOv3"}),
            "iterations": args.epochs * 5, "epochs": args.epochs, "train_minutes": "", "wall_minutes": f"{minutes:.2f}",
            "stop_reason": "epochs", "best_epoch": "", "best_416": "", "best_512": "",
            "last_416": f"{scores[416].map50:.4f}", "last_512": f"{scores[512].map50:.4f}",
-           "best_512_map50_95": "", "run_dir": str(out)}
+           "best_512_map50_95": "", "run_dir": str(out),
+           "commit": os.environ.get("TURBOYOLO_COMMIT", "")}
     path = Path(args.csv)
     new = not path.exists()
     with path.open("a", newline="") as handle:

@@ -17,6 +17,7 @@ import argparse
 import csv
 import datetime
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -25,14 +26,12 @@ import yaml
 
 FIELDS = ("date", "machine", "variant", "seed", "changes", "iterations", "epochs", "train_minutes",
           "wall_minutes", "stop_reason", "best_epoch", "best_416", "best_512", "last_416", "last_512",
-          "best_512_map50_95", "run_dir")
+          "best_512_map50_95", "run_dir", "commit")
 
 
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
-    import os
-
     return f"{model}, {os.cpu_count()} CPUs"
 
 
@@ -89,7 +88,7 @@ def main() -> int:
         "wall_minutes": f"{wall:.2f}", "stop_reason": result.stop_reason, "best_epoch": best_epoch,
         **{key: (f"{value.map50:.4f}" if value is not None else "") for key, value in scores.items()},
         "best_512_map50_95": f"{scores['best_512'].map50_95:.4f}" if scores["best_512"] else "",
-        "run_dir": str(result.run_dir),
+        "run_dir": str(result.run_dir), "commit": os.environ.get("TURBOYOLO_COMMIT", ""),
     }
     out = Path(args.csv)
     out.parent.mkdir(parents=True, exist_ok=True)
