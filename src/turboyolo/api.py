@@ -73,23 +73,11 @@ def detect(
     arrays = [load_image(item) if isinstance(item, (str, Path)) else np.asarray(item) for item in items]
     kwargs = dict(multi_label=not single_label, classes=classes)
     if tile is not None:
-        from turboyolo.infer.tiling import TileOptions, detect_tiled
+        from turboyolo.infer.tiling import TileOptions
 
-        options = TileOptions(tile, overlap)
-        results = []
-        for array in arrays:
-            merged = detect_tiled(
-                lambda crops: model.predict_arrays(crops, conf_thres, nms_thres, **kwargs),
-                array,
-                options,
-                batch_size=batch_size,
-                nms_thres=nms_thres,
-                max_det=max_det,
-            )
-            results.append(
-                Prediction(merged.boxes, merged.scores, merged.classes, array.shape[1], array.shape[0])
-            )
-        return results
+        tiles = TileOptions(tile, overlap)
+        return [model.predict_tiled(array, tiles, conf_thres, nms_thres, max_det=max_det, batch_size=batch_size,
+                                    **kwargs) for array in arrays]
     results = []
     for start in range(0, len(arrays), batch_size):
         chunk = arrays[start : start + batch_size]

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--single-label", action="store_true", help="one class per box (the best), not Darknet's multi-label"
     )
     parser.add_argument("--max-det", type=int, default=None, help="cap detections per image")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, a GPU index N, or auto")
     parser.add_argument("--half", action="store_true", help="fp16 on CUDA (bf16 on CPU)")
     parser.add_argument("-b", "--batch-size", type=int, default=8, help="images per forward pass")
     parser.add_argument("--save-txt", action="store_true", help="write YOLO labels under labels/")
@@ -72,6 +72,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from turboyolo.errors import FlagError
     from turboyolo.infer.detect import DetectOptions, run_detection
 
-    return run_detection(DetectOptions.from_args(args))
+    if args.img_size and len(args.img_size) not in (1, 2):
+        raise FlagError("--img-size takes one size or a width and a height")
+    options = DetectOptions(
+        sources=list(args.source) + list(args.images), cfg=args.cfg, weights=args.weights, names=args.names,
+        conf_thres=args.conf_thres, nms_thres=args.nms_thres,
+        img_size=(args.img_size[0], args.img_size[-1]) if args.img_size else None,
+        class_filter=args.class_filter, single_label=args.single_label, max_det=args.max_det,
+        device=args.device, half=args.half, batch_size=args.batch_size, save_txt=args.save_txt or args.save_conf,
+        save_conf=args.save_conf, draw=not args.no_draw, coco_gt=args.coco_gt, coco_ids=args.coco_ids,
+        fast_decode=args.fast_decode, workers=max(1, args.workers), tile=args.tile, overlap=args.overlap,
+        tile_whole=args.tile_whole, vid_stride=args.vid_stride, run_dir=(args.project, args.name, args.exist_ok))
+    return run_detection(options)

@@ -153,6 +153,17 @@ def format_yolo_rows(rows: np.ndarray | Sequence[Sequence[float]], with_conf: bo
     return "\n".join(lines) + "\n"
 
 
+def boxes_to_yolo_rows(boxes_xyxy, classes, width: float, height: float, scores=None) -> np.ndarray:
+    """Pixel boxes -> YOLO rows ``[n, 5]`` (cls, cx, cy, w, h relative), ``[n, 6]`` with ``scores``."""
+    boxes = np.asarray(boxes_xyxy, np.float64).reshape(-1, 4)
+    columns = [np.asarray(classes, np.float64).reshape(-1),
+               (boxes[:, 0] + boxes[:, 2]) / 2 / width, (boxes[:, 1] + boxes[:, 3]) / 2 / height,
+               (boxes[:, 2] - boxes[:, 0]) / width, (boxes[:, 3] - boxes[:, 1]) / height]
+    if scores is not None:
+        columns.append(np.asarray(scores, np.float64).reshape(-1))
+    return np.column_stack(columns).reshape(-1, len(columns))
+
+
 def write_yolo_labels(path: str | Path, rows: np.ndarray | Sequence[Sequence[float]],
                       with_conf: bool = False) -> None:
     """Write a YOLO label file atomically (temporary file + rename).

@@ -78,27 +78,12 @@ def split_images(data: str | Path, split: str) -> list[Path]:
     return images
 
 
-def yolo_rows(prediction) -> np.ndarray:
-    """A :class:`~turboyolo.infer.predict.Prediction` -> YOLO rows ``[n, 5]`` (cls, cx, cy, w, h relative)."""
-    boxes = np.asarray(prediction.boxes, np.float64).reshape(-1, 4)
-    width, height = prediction.width, prediction.height
-    return np.column_stack(
-        [
-            np.asarray(prediction.classes, np.float64),
-            (boxes[:, 0] + boxes[:, 2]) / 2 / width,
-            (boxes[:, 1] + boxes[:, 3]) / 2 / height,
-            (boxes[:, 2] - boxes[:, 0]) / width,
-            (boxes[:, 3] - boxes[:, 1]) / height,
-        ]
-    ).reshape(-1, 5)
-
-
 def auto_label(predictor, images: list[Path], opts: LabelOptions, weights_name: str) -> list[ReviewRow]:
     """Write labels for ``images`` that have none; returns one review row per image."""
     from turboyolo.data.autolabels import record_model_labels
     from turboyolo.data.decode import load_image
     from turboyolo.formats.datasets import label_path_for
-    from turboyolo.formats.labels import write_yolo_labels
+    from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
 
     rows: list[ReviewRow] = []
     todo = []
@@ -122,7 +107,8 @@ def auto_label(predictor, images: list[Path], opts: LabelOptions, weights_name: 
             arrays, opts.conf_thres, opts.nms_thres, multi_label=not opts.single_label
         )
         for (image, label), array, prediction in zip(batch, arrays, predictions):
-            write_yolo_labels(label, yolo_rows(prediction))
+            write_yolo_labels(label, boxes_to_yolo_rows(prediction.boxes, prediction.classes,
+                                                        prediction.width, prediction.height))
             written.append(label)
             rows.append(ReviewRow(image, label, "written", np.asarray(prediction.scores, np.float32)))
             drawings[image] = _thumbnail(array, prediction, opts.thumb)
@@ -143,13 +129,13 @@ def _review_key(row: ReviewRow) -> tuple:
 def _thumbnail(array: np.ndarray, prediction, size: int) -> np.ndarray:
     import cv2
 
-    image = cv2.cvtColor(array, cv2.COLOR_RGB2BGR)
-    scale = size / max(image.shape[:2])
-    image = cv2.resize(image, (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale))))
-    for box, score in zip(np.asarray(prediction.boxes) * scale, prediction.scores):
-        x1, y1, x2, y2 = (int(round(v)) for v in box)
-        color = (0, 0, 255) if score < 0.5 else (0, 200, 0)  # BGR: red for the doubtful ones
-        cv2.rectangle(image, (x1, y1), (x2, y2), color, 1)
+    from turboyolo.draw import draw_boxes
+
+    scale = size / max(array.shape[:2])
+    image = cv2.resize(array, (max(1, round(array.shape[1] * scale)), max(1, round(array.shape[0] * scale))))
+    colors = [(255, 0, 0) if score < 0.5 else (0, 200, 0) for score in prediction.scores]  # red: doubtful
+    image = cv2.cvtColor(draw_boxes(image, np.asarray(prediction.boxes) * scale, colors, thickness=1),
+                         cv2.COLOR_RGB2BGR)
     tile = np.full((size, size, 3), 40, np.uint8)
     tile[: image.shape[0], : image.shape[1]] = image
     return tile
