@@ -17,8 +17,8 @@ def class_color(index: int) -> Color:
     return tuple(int(v) for v in rng.integers(64, 256, 3))
 
 
-def draw_boxes(image: np.ndarray, boxes_xyxy, colors: Color | Sequence[Color], labels: Sequence[str] | None = None,
-               thickness: int | None = None) -> np.ndarray:
+def draw_boxes(image: np.ndarray, boxes_xyxy, colors: Color | Sequence[Color],
+               labels: Sequence[str] | None = None, thickness: int | None = None) -> np.ndarray:
     """A copy of ``image`` (uint8 ``[H, W, 3]``, any channel order) with boxes and optional labels drawn.
 
     Args:

@@ -82,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
         conf_thres=args.conf_thres, nms_thres=args.nms_thres,
         img_size=(args.img_size[0], args.img_size[-1]) if args.img_size else None,
         class_filter=args.class_filter, single_label=args.single_label, max_det=args.max_det,
-        device=args.device, half=args.half, batch_size=args.batch_size, save_txt=args.save_txt or args.save_conf,
-        save_conf=args.save_conf, draw=not args.no_draw, coco_gt=args.coco_gt, coco_ids=args.coco_ids,
+        device=args.device, half=args.half, batch_size=args.batch_size,
+        save_txt=args.save_txt or args.save_conf, save_conf=args.save_conf, draw=not args.no_draw,
+        coco_gt=args.coco_gt, coco_ids=args.coco_ids,
         fast_decode=args.fast_decode, workers=max(1, args.workers), tile=args.tile, overlap=args.overlap,
-        tile_whole=args.tile_whole, vid_stride=args.vid_stride, run_dir=(args.project, args.name, args.exist_ok))
+        tile_whole=args.tile_whole, vid_stride=args.vid_stride,
+        run_dir=(args.project, args.name, args.exist_ok))
     return run_detection(options)

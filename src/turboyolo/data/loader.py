@@ -312,8 +312,9 @@ class DetectionLoader:
 
     def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         # a one-off loader: at most one non-persistent worker for the rest of one epoch
-        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler, num_workers=min(self.workers, 1),
-                                           collate_fn=collate, pin_memory=self.pin_memory,
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler,
+                                           num_workers=min(self.workers, 1), collate_fn=collate,
+                                           pin_memory=self.pin_memory,
                                            worker_init_fn=_worker_init if self.workers else None)
 
     def _tracked(self, batches):

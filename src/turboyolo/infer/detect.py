@@ -22,8 +22,6 @@ from turboyolo.infer.writer import DetectionWriter, coco_gt_ids
 from turboyolo.rundir import next_run_dir
 
 
-
-
 @dataclass
 class DetectOptions:
     sources: list[str]
@@ -225,8 +223,8 @@ def _predict(predictor, arrays: list[np.ndarray], opts: DetectOptions, wanted) -
 
         tiles = TileOptions(opts.tile, opts.overlap, whole=opts.tile_whole)
         return [predictor.predict_tiled(array, tiles, opts.conf_thres, opts.nms_thres,
-                                        multi_label=not opts.single_label, classes=wanted, max_det=opts.max_det,
-                                        batch_size=opts.batch_size) for array in arrays]
+                                        multi_label=not opts.single_label, classes=wanted,
+                                        max_det=opts.max_det, batch_size=opts.batch_size) for array in arrays]
     return predictor.predict_arrays(
         arrays,
         opts.conf_thres,

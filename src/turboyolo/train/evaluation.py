@@ -69,7 +69,7 @@ def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
                           workers=options.workers, shuffle=False)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         conf_thres=options.conf_thres, iou_thres=options.iou_thres, nms_thres=options.nms_thres,
-                         max_det=options.max_det,
+                         conf_thres=options.conf_thres, iou_thres=options.iou_thres,
+                         nms_thres=options.nms_thres, max_det=options.max_det,
                          amp_dtype=amp_dtype_for(device, options.amp), backend=options.backend)
     return result, names
