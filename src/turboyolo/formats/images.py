@@ -136,5 +136,6 @@ def jpeg_problem(data: bytes) -> str | None:
             wrong = np.flatnonzero(numbers != np.arange(len(numbers)) % 8)
             if len(wrong):
                 where = int(ff[first:stop][restart[first:stop]][wrong[0]])
-                return f"corrupt JPEG: restart marker out of sequence at byte {where} (garbage in the image data)"
+                return (f"corrupt JPEG: restart marker out of sequence at byte {where} (garbage in the "
+                        "image data)")
             pos = int(ff[stop])
