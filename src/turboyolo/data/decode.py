@@ -18,6 +18,7 @@ and the fix.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from turboyolo.errors import DataError
-from turboyolo.formats.images import jpeg_problem, png_problem, sniff
+from turboyolo.formats.images import declared_size, jpeg_problem, png_problem, sniff
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not return grey rows
 _PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, RuntimeError,
@@ -109,12 +110,17 @@ def pixel_limit() -> int | None:
     return 2 * Image.MAX_IMAGE_PIXELS if Image.MAX_IMAGE_PIXELS else None
 
 
-def _too_large(path: Path, width: int, height: int, limit: int) -> DataError:
+def _too_large(path: Path, pixels: int, limit: int, size: tuple[int, int] | None = None) -> DataError:
+    what = f"{size[0]} x {size[1]} = " if size else ""
     return DataError(
-        f"{path}: image declares {width} x {height} = {width * height / 1e6:.0f} megapixels, over the "
-        f"{limit / 1e6:.0f}-megapixel limit (a decompression bomb, or a picture too large to decode whole); "
-        "split it into tiles or downscale it, or remove it"
+        f"{path}: image declares {what}{_pixels(pixels)}, over the limit of {_pixels(limit)} (a "
+        "decompression bomb, or a picture too large to decode whole); split it into tiles or downscale it, "
+        "or remove it"
     )
+
+
+def _pixels(count: int) -> str:
+    return f"{count / 1e6:.0f} megapixels" if count >= 10**6 else f"{count} pixels"
 
 
 def _read(path: Path) -> tuple[bytes | None, str | None]:
@@ -154,10 +160,15 @@ def _check(path: Path, data: bytes | None, kind: str | None) -> bool:
 def _opened(path: Path, data: bytes | None) -> Iterator[Image.Image]:
     """Pillow's image, header read; pixel limit enforced; every Pillow error becomes a DataError."""
     limit = pixel_limit()
+    if data is not None and limit is not None:
+        size = declared_size(data, sniff(data[:8]))
+        if size is not None and size[0] * size[1] > limit:
+            raise _too_large(path, size[0] * size[1], limit, size)
     try:
         img = Image.open(io.BytesIO(data) if data is not None else path)
-    except Image.DecompressionBombError as err:
-        raise DataError(f"{path}: {err}; split it into tiles or downscale it, or remove it") from None
+    except Image.DecompressionBombError as err:  # other formats: Pillow's own check of the header
+        found = re.search(r"\((\d+) pixels\)", str(err))
+        raise _too_large(path, int(found.group(1)) if found else 0, limit or 0) from None
     except _PIL_ERRORS as err:
         raise DataError(f"{path}: not a readable image ({err}); re-export or remove it") from None
     with img:
@@ -165,7 +176,7 @@ def _opened(path: Path, data: bytes | None) -> Iterator[Image.Image]:
         if width <= 0 or height <= 0:
             raise DataError(f"{path}: image has zero size; re-export or remove it")
         if limit is not None and width * height > limit:
-            raise _too_large(path, width, height, limit)
+            raise _too_large(path, width * height, limit, (width, height))
         try:
             yield img
         except _PIL_ERRORS as err:

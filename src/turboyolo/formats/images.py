@@ -39,6 +39,32 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+def declared_size(data: bytes, kind: str | None) -> tuple[int, int] | None:
+    """(width, height) a PNG's IHDR or a JPEG's frame header declares, or None when not found; read
+    before any decoder sees the file, so a decompression bomb is refused by its header."""
+    if kind == "PNG" and len(data) >= 24 and data[12:16] == b"IHDR":
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if kind != "JPEG":
+        return None
+    pos, size = 2, len(data)
+    while pos + 4 <= size and data[pos] == 0xFF:
+        while pos < size and data[pos] == 0xFF:
+            pos += 1
+        if pos + 3 > size:
+            return None
+        marker = data[pos]
+        if marker in _STANDALONE:
+            pos += 1
+            continue
+        length = int.from_bytes(data[pos + 1:pos + 3], "big")
+        if marker in _SOF and pos + 8 <= size:
+            return int.from_bytes(data[pos + 6:pos + 8], "big"), int.from_bytes(data[pos + 4:pos + 6], "big")
+        if marker == _SOS or length < 2:
+            return None
+        pos += 1 + length
+    return None
+
+
 def png_problem(data: bytes | memoryview) -> tuple[str | None, bool]:
     """(what is wrong with this PNG or None, whether an eXIf chunk follows the image data).
 
