@@ -153,3 +153,17 @@ def planted_checkpoint(path: Path, marker: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(buffer.getvalue())
     return path
+
+
+def make_split(root: Path, count: int = 4, seed: int = 0) -> list[Path]:
+    """``root/images/*.jpg`` with one box each in ``root/labels``, and ``root/m.names`` (2 classes)."""
+    from turboyolo.formats.labels import write_yolo_labels
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "m.names").write_text("apple\nbanana\n")
+    paths = []
+    for i in range(count):
+        path = good_jpeg(root / "images" / f"img{i}.jpg", 48, 64, seed + i)
+        write_yolo_labels(root / "labels" / f"img{i}.txt", np.array([[i % 2, 0.5, 0.5, 0.2 + 0.1 * i, 0.3]]))
+        paths.append(path)
+    return paths

@@ -169,6 +169,9 @@ def _opened(path: Path, data: bytes | None) -> Iterator[Image.Image]:
     except Image.DecompressionBombError as err:  # other formats: Pillow's own check of the header
         found = re.search(r"\((\d+) pixels\)", str(err))
         raise _too_large(path, int(found.group(1)) if found else 0, limit or 0) from None
+    except UnidentifiedImageError:
+        raise DataError(f"{path}: not a readable image (no image format recognised); re-export or remove it"
+                        ) from None
     except _PIL_ERRORS as err:
         raise DataError(f"{path}: not a readable image ({err}); re-export or remove it") from None
     with img:
@@ -263,10 +266,14 @@ def save_image(path: str | Path, bgr: np.ndarray, quality: int = 95) -> Path:
         DataError: the image cannot be encoded in that format, or the file cannot be written.
     """
     path = Path(path)
-    params = [cv2.IMWRITE_JPEG_QUALITY, quality] if path.suffix.lower() in (".jpg", ".jpeg") else []
-    ok, encoded = cv2.imencode(path.suffix or ".png", bgr, params)
+    suffix = path.suffix.lower() or ".png"
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality] if suffix in (".jpg", ".jpeg") else []
+    try:
+        ok, encoded = cv2.imencode(suffix, bgr, params) if suffix.isascii() else (False, None)
+    except cv2.error:
+        ok = False
     if not ok:
-        raise DataError(f"{path}: cannot encode an image as {path.suffix!r}; use .jpg or .png")
+        raise DataError(f"{path}: cannot encode an image as {suffix!r}; use .jpg or .png")
     try:
         path.write_bytes(encoded.tobytes())
     except OSError as err:
