@@ -134,7 +134,8 @@ def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     train = scan_dataset(tmp_path / "images", "train")
     val = scan_dataset(tmp_path / "images", "val")
     assert len(train.excluded) == len(expected) + 1
-    path = write_scan_report(tmp_path / "run", [train, val], load_failures=[("/data/gone.jpg", "removed")] * 2)
+    gone = [("/data/gone.jpg", "removed")] * 2  # one file, listed once
+    path = write_scan_report(tmp_path / "run", [train, val], load_failures=gone)
     assert path == tmp_path / "run" / REPORT_NAME
     report = path.read_text(encoding="utf-8")
     for name, words in expected.items():

@@ -35,7 +35,7 @@ def good_jpeg(path: Path, height: int = 48, width: int = 64, seed: int = 0) -> P
 
 def good_png(path: Path, height: int = 48, width: int = 64, seed: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(smooth_rgb(height, width, seed)).save(path)
+    Image.fromarray(smooth_rgb(height, width, seed)).save(path, format="PNG")  # PNG whatever the suffix
     return path
 
 

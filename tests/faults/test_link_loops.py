@@ -8,7 +8,8 @@ import pytest
 from faults.hostile import good_jpeg, link_loop, make_split
 
 
-@pytest.mark.slow  # a fresh process (about 10 s of imports on 2 busy cores), so a regression cannot hang pytest
+# a fresh process (about 10 s of imports on 2 busy cores), so a regression cannot hang pytest
+@pytest.mark.slow
 def test_detect_glob_through_a_link_loop_ends(tmp_path, cli, tiny_model):
     cfg, weights, names, _ = tiny_model
     root = link_loop(tmp_path / "tree")

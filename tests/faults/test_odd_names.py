@@ -19,7 +19,7 @@ def test_detect_draws_and_lists_odd_names(tmp_path, cli, tiny_model):
         good_jpeg(odd_name(folder, raw), seed=i)
     zero_byte(odd_name(folder, b"broken-\xff.jpg"))
     run = cli("detect", folder, "--cfg", cfg, "--weights", weights, "--names", names, "--save-txt",
-              "--project", tmp_path / "runs", "--name", "d", process=True)  # a fresh process: it used to crash
+              "--project", tmp_path / "runs", "--name", "d", process=True)  # it used to crash: own process
     run.assert_clean(0)
     assert "3 images" in run.output and "broken-\\xff.jpg: zero-byte" in run.output
     out = os.fsencode(tmp_path / "runs" / "d")
@@ -36,7 +36,8 @@ def test_scan_through_a_list_file_keeps_and_reports_odd_names(tmp_path, cli):
     for i, raw in enumerate(NAMES):
         good_jpeg(odd_name(tmp_path / "images", raw), seed=i)
     zero_byte(odd_name(tmp_path / "images", b"bad-\xe9.jpg"))
-    lines = [b"images/img0.jpg", b"images/img1.jpg"] + [b"images/" + raw for raw in NAMES + (b"bad-\xe9.jpg",)]
+    listed = NAMES + (b"bad-\xe9.jpg",)
+    lines = [b"images/img0.jpg", b"images/img1.jpg"] + [b"images/" + raw for raw in listed]
     (tmp_path / "train.txt").write_bytes(b"\n".join(lines) + b"\n")
     (tmp_path / "d.data").write_text("classes = 2\ntrain = train.txt\nvalid = train.txt\nnames = m.names\n")
     run = cli("prepare", "--data", tmp_path / "d.data", "--split", "train", "--img-size", 64,

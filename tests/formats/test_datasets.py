@@ -102,7 +102,7 @@ def test_folder_walk_and_globs_end_on_link_loops(tmp_path, monkeypatch):
     (root / "a" / ".hidden" / "h.jpg").write_bytes(b"h")
     notes: list[str] = []
     found = [root / "a" / ".hidden" / "h.jpg", root / "a" / "b" / "y.png", root / "a" / "x.jpg"]
-    assert _within(10, list_images, root, notes) == found  # a folder data set lists hidden folders too (as rglob did)
+    assert _within(10, list_images, root, notes) == found  # hidden folders too, as rglob did
     assert len(notes) == 2 and all("not followed again" in n for n in notes)
     assert any("self" in n for n in notes) and any("up" in n for n in notes)
     assert sorted(walk_files(root)) == found

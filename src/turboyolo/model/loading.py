@@ -39,6 +39,7 @@ _PICKLE_ORIGINS = (
     ("posix.", "a call into the operating system that would run a command"),
     ("os.", "a call into the operating system that would run a command"),
     ("subprocess.", "a call that starts a program"),
+    ("io.", "a call that opens files"),
     ("builtins.", "a Python built-in call that could run code"),
 )
 
