@@ -11,9 +11,9 @@ from faults.hostile import bad_crc_png, make_split, truncated_jpeg
 def test_evaluation_counts_each_image_once_and_names_the_broken_one(tmp_path, monkeypatch):
     from turboyolo.data.loader import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.engine import evaluate
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.zoo import make_spec
+    from turboyolo.train.engine import evaluate
 
     monkeypatch.setenv("TURBOYOLO_CACHE", str(tmp_path / "cache"))
     images = make_split(tmp_path / "set", count=5)

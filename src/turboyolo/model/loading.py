@@ -25,7 +25,7 @@ from turboyolo.formats.darknet_weights import (
 from turboyolo.model.darknet import Darknet
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
-# What --resume reads from a checkpoint (turboyolo.checkpoint writes these and more), with their types.
+# What --resume reads from a checkpoint (turboyolo.train.checkpoint writes these and more), with their types.
 TRAINING_KEYS: dict[str, type | tuple[type, ...]] = {
     "model": dict, "optimizer": dict, "config": dict, "cfg_text": str, "iteration": int, "epoch": int,
     "epoch_batches": int, "seen": int,
