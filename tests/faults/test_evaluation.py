@@ -9,7 +9,7 @@ from faults.hostile import bad_crc_png, make_split, truncated_jpeg
 
 
 def test_evaluation_counts_each_image_once_and_names_the_broken_one(tmp_path, monkeypatch):
-    from turboyolo.data.loader import build_loader
+    from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.zoo import make_spec
@@ -39,19 +39,19 @@ def test_evaluation_counts_each_image_once_and_names_the_broken_one(tmp_path, mo
 
 
 def test_test_command_names_the_images_left_out(tmp_path, cli, tiny_model, monkeypatch):
-    import turboyolo.data.scan as scan_module
+    import turboyolo.train.evaluation as evaluation_module
 
     cfg, weights, _, _ = tiny_model
     images = make_split(tmp_path / "set", count=3)
     (tmp_path / "set" / "data.yaml").write_text("train: images\nval: images\nnames: [apple, banana]\n")
-    scan = scan_module.scan_dataset
+    scan = evaluation_module.scan_dataset
 
     def scan_then_break(*args, **kwargs):
         result = scan(*args, **kwargs)
         images[2].write_bytes(b"")  # breaks between the scan and the evaluation
         return result
 
-    monkeypatch.setattr(scan_module, "scan_dataset", scan_then_break)
+    monkeypatch.setattr(evaluation_module, "scan_dataset", scan_then_break)
     run = cli("test", "--cfg", cfg, "--weights", weights, "--data", tmp_path / "set" / "data.yaml",
               "--device", "cpu", "--workers", 0, "--batch-size", 2)
     run.assert_clean(0)
