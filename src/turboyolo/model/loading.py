@@ -320,7 +320,7 @@ def load_pretrained(model: Darknet, weights: str | Path, checkpoint: dict | None
                            "`turboyolo fetch yolov3-tiny` gets the COCO tiny weights")
     if is_checkpoint(path):
         state = checkpoint if checkpoint is not None else read_checkpoint(path)
-        loaded, skipped = load_matching(model, checkpoint_model_state(state))
+        loaded, skipped = load_matching(model, checkpoint_model_state(state, path=path))
         layers = sorted({int(n.split(".")[1]) for n in skipped if n.startswith("layers.")})
         kept = f"; kept the initialisation of layers {layers} (shapes differ)" if layers else ""
         return [f"loaded {len(loaded)} tensors from {path}{kept}"], layers
@@ -360,7 +360,7 @@ def export_weights(checkpoint_path: str | Path, spec: ModelSpec, out: str | Path
     """Darknet ``.weights`` from a checkpoint (its EMA weights when present)."""
     state = read_checkpoint(checkpoint_path)
     model = Darknet(spec)
-    model.load_state_dict(checkpoint_model_state(state))
+    model.load_state_dict(checkpoint_model_state(state, path=checkpoint_path))
     return save_darknet_weights(model, out, seen=int(state.get("seen", 0)))
 
 
