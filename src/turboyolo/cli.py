@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from turboyolo import __version__
-from turboyolo.errors import TurboYoloError
+from turboyolo.errors import TurboYoloError, printable
 
 # (subcommand, module under turboyolo.commands, one-line help). Modules are imported lazily so that
 # `turboyolo -h` does not pay for importing torch.
@@ -84,7 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerant_streams() -> None:
+    """Print file names that are not valid UTF-8 with escapes instead of dying on UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change (closed, detached)
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
@@ -93,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.run(args)
     except TurboYoloError as err:
-        print(f"turboyolo {args.command}: error: {err}", file=sys.stderr)
+        print(f"turboyolo {args.command}: error: {printable(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"turboyolo {args.command}: interrupted", file=sys.stderr)

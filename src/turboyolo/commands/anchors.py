@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     scan = scan_dataset(args.data, args.split)
     samples = [s for s in scan.samples if len(s.labels)]
     boxes = letterbox_box_sizes([s.labels for s in samples], [s.hw for s in samples], img_size)
-    print(scan.summary())
+    print(scan.console_text())
     if len(boxes) == 0:
         raise DataError(f"{args.data}: the {args.split} split has no boxes to fit anchors to")
     try:

@@ -25,14 +25,14 @@ import yaml
 
 from turboyolo.data.loader import default_workers
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import FlagError, WeightsError
+from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import (
     export_weights,
     init_head_priors,
     load_pretrained,
-    read_checkpoint,
+    read_training_checkpoint,
     save_darknet_weights,
 )
 from turboyolo.rundir import next_run_dir
@@ -242,16 +242,6 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         (run_dir / "model.cfg").write_text(format_cfg(spec))
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
     return run
-
-
-def read_training_checkpoint(path: str | Path) -> dict:
-    """A checkpoint ``--resume`` can continue: a turboyolo training checkpoint, or a clear error."""
-    state = read_checkpoint(path)
-    missing = [key for key in ("config", "cfg_text", "model", "optimizer", "iteration") if key not in state]
-    if missing:
-        raise WeightsError(f"{path}: not a turboyolo training checkpoint (no {', '.join(missing)}), so "
-                           "there is no run to resume; start a new run with --weights to load its tensors")
-    return state
 
 
 def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
