@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     except TurboYoloError as err:
         print(f"turboyolo {args.command}: error: {printable(err)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"turboyolo {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # training says where it saved (TrainingInterrupted)
+        detail = f": {printable(err)}" if str(err) else ""
+        print(f"turboyolo {args.command}: interrupted{detail}", file=sys.stderr)
         return 130
     return int(result or 0)

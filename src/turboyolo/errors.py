@@ -29,6 +29,18 @@ class FlagError(TurboYoloError):
     """A command-line value (or the matching Python API argument) that cannot work."""
 
 
+class OutputError(TurboYoloError):
+    """An output folder or file that cannot be written (read-only folder, full disk, no permission)."""
+
+
+class CheckpointError(OutputError):
+    """A checkpoint that could not be written; the message names the last good one to resume from."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training, after the run saved its exact position; ``str()`` says how to resume."""
+
+
 def printable(text: object) -> str:
     """``text`` as it can be printed or written to a UTF-8 report whatever bytes its paths hold.
 

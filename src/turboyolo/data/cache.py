@@ -169,7 +169,8 @@ class PreparedCache:
             global _RAM_TARGET
             _RAM_TARGET = data if root is None else None  # inherited by the forked workers
             try:
-                with ProcessPoolExecutor(workers, mp_context=_fork_context()) as pool:
+                with ProcessPoolExecutor(workers, mp_context=_fork_context(),
+                                         initializer=_ignore_sigint) as pool:
                     chunk = max(1, len(jobs) // (workers * 8))
                     specs = [(str(target) if target else None, total, job) for job in jobs]
                     results = list(pool.map(_decode_into, specs, chunksize=chunk))
@@ -221,6 +222,13 @@ def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, i
         data = _RAM_TARGET if target is None else np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
     data[offset:offset + flat.size] = flat
     return orig_hw, zlib.crc32(flat), ""
+
+
+def _ignore_sigint() -> None:
+    """Decode workers leave Ctrl-C to the main process, which stops the build and says so."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def human_bytes(count: float) -> str:

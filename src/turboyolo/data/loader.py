@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,6 +310,9 @@ def _worker_init(_: int) -> None:
     # One thread per worker: parallelism comes from the workers, not from nested thread pools.
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
+    # Ctrl-C reaches the whole process group: the main process decides (training saves its exact
+    # position first); a worker that died of it would fail the batch being loaded.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DetectionLoader:

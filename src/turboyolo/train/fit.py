@@ -15,6 +15,8 @@ weights are evaluated; checkpoints hold the full state and ``--resume`` continue
 from __future__ import annotations
 
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ import yaml
 
 from turboyolo.data.loader import default_workers
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import FlagError
+from turboyolo.errors import FlagError, OutputError, TrainingInterrupted, printable
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import (
@@ -73,11 +75,12 @@ class StopRule:
     limit_s: float  # 0: no limit
     stop_at_iteration: int | None = None  # tests: stop as an interruption would
     broadcast: bool = False  # under torchrun with a time limit: rank 0's clock decides for all
+    ctrl_c: bool = False  # set by the SIGINT handler (:func:`catch_ctrl_c`)
 
     def reason(self, state: TrainState, train_seconds: float) -> str | None:
         """None to go on, else why the run stops (``interrupted``, ``max_batches``, ``epochs``, ...)."""
         why = None
-        if self.stop_at_iteration is not None and state.iteration >= self.stop_at_iteration:
+        if self.ctrl_c or (self.stop_at_iteration is not None and state.iteration >= self.stop_at_iteration):
             why = INTERRUPTED
         elif self.max_iterations and state.iteration >= self.max_iterations:
             why = "max_batches"
@@ -125,6 +128,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         f"run {run.run_dir}")
     if run.resume_state is None:
         logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
+    restore_sigint = catch_ctrl_c(stop, say)
     try:
         while reason is None:
             data.train.set_epoch(state.epoch, state.epoch_start_sample)
@@ -143,6 +147,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                     if warning:
                         say(warning)
                     logger.scalars(values, state.iteration)
+                writer.poll()  # a checkpoint write that failed in the background stops the run now
                 reason = stop.reason(state, train_seconds + time.perf_counter() - epoch_start)
                 if reason is not None:
                     break
@@ -178,7 +183,10 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             state.last_checkpoint = str(weights_dir / "last.pt")
             if env.is_main:
                 writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
+    except OSError as err:  # results.csv, plots, logs: the run directory stopped taking writes
+        raise output_failure(err, run) from err
     finally:
+        restore_sigint()
         if env.is_main and (data.train.replaced or data.val.dropped):
             data.write_report(run.run_dir)  # the files that broke during the run join the scan's list
         progress.close()
@@ -186,6 +194,10 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         writer.close()
         logger.close()
         distributed.cleanup()
+    if stop.ctrl_c:
+        raise TrainingInterrupted(f"stopped at iteration {state.iteration} (epoch {state.epoch + 1}); "
+                                  f"{weights_dir / 'last.pt'} holds that exact position: continue with "
+                                  f"`turboyolo train --resume {weights_dir / 'last.pt'}`")
     if env.is_main and reason != INTERRUPTED:
         finish_outputs(state, spec, weights_dir, run.run_dir, say)
     return FitResult(run.run_dir, result.as_dict() if result is not None else {}, state.best_fitness,
@@ -348,6 +360,32 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
     return state
+
+
+def catch_ctrl_c(stop: StopRule, say: Callable[..., None]) -> Callable[[], None]:
+    """The first Ctrl-C asks :class:`StopRule` to stop after the current iteration (the checkpoint then
+    keeps the exact position); a second one stops at once. Returns the function that restores the
+    previous handler. Only the main thread can take signals: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        if stop.ctrl_c:
+            raise KeyboardInterrupt
+        stop.ctrl_c = True
+        say("\nCtrl-C: stopping after this iteration and saving its exact position (again to stop at once)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def output_failure(err: OSError, run: Run) -> OutputError:
+    """A write into the run directory failed (full disk, read-only, permission): what to do about it."""
+    last = run.weights_dir / "last.pt"
+    resume = (f"; {last} holds the last saved state: free space and continue with `turboyolo train --resume "
+              f"{last}`" if last.exists() else "")
+    return OutputError(f"could not write {printable(err.filename or run.run_dir)}: {err.strerror or err}"
+                       f"{resume}")
 
 
 # ------------------------------------------------------------------------------------ evaluation, output
