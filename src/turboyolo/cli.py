@@ -47,7 +47,8 @@ class FlagParser(argparse.ArgumentParser):
 
 def underscore_aliases(names) -> list[str]:
     """``--conf-thres`` -> ``[--conf_thres]`` (the spellings not already among ``names``)."""
-    aliases = ["--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]]
+    long_names = [name for name in names if name.startswith("--") and "-" in name[2:]]
+    aliases = ["--" + name[2:].replace("-", "_") for name in long_names]
     return [alias for alias in aliases if alias not in names]
 
 
