@@ -1,4 +1,4 @@
-"""The small public Python API: load a model, detect on arrays or image files.
+"""The small public Python API: load a model, detect on arrays or image files, train.
 
 >>> import turboyolo
 >>> model = turboyolo.load("yolov3-tiny")                   # doctest: +SKIP
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.infer.predict import Prediction, Predictor
+from turboyolo.train.fit import FitResult, train  # noqa: F401  (turboyolo.train(...) calls the same)
 
 ImageLike = str | Path | np.ndarray
 
@@ -76,8 +77,8 @@ def detect(
         from turboyolo.infer.tiling import TileOptions
 
         tiles = TileOptions(tile, overlap)
-        return [model.predict_tiled(array, tiles, conf_thres, nms_thres, max_det=max_det, batch_size=batch_size,
-                                    **kwargs) for array in arrays]
+        return [model.predict_tiled(array, tiles, conf_thres, nms_thres, max_det=max_det,
+                                    batch_size=batch_size, **kwargs) for array in arrays]
     results = []
     for start in range(0, len(arrays), batch_size):
         chunk = arrays[start : start + batch_size]

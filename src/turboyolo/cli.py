@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from turboyolo import __version__
-from turboyolo.errors import FlagError, TurboYoloError
+from turboyolo.errors import FlagError, TurboYoloError, printable
 
 # (subcommand, module under turboyolo.commands, one-line help). Modules are imported lazily so that
 # `turboyolo -h` does not pay for importing torch.
@@ -47,8 +47,8 @@ class FlagParser(argparse.ArgumentParser):
 
 def underscore_aliases(names) -> list[str]:
     """``--conf-thres`` -> ``[--conf_thres]`` (the spellings not already among ``names``)."""
-    long_names = [name for name in names if name.startswith("--") and "-" in name[2:]]
-    aliases = ["--" + name[2:].replace("-", "_") for name in long_names]
+    long = [name for name in names if name.startswith("--") and "-" in name[2:]]
+    aliases = ["--" + name[2:].replace("-", "_") for name in long]
     return [alias for alias in aliases if alias not in names]
 
 
@@ -93,7 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerant_streams() -> None:
+    """Print file names that are not valid UTF-8 with escapes instead of dying on UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change (closed, detached)
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
@@ -102,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.run(args)
     except TurboYoloError as err:
-        print(f"turboyolo {args.command}: error: {err}", file=sys.stderr)
+        print(f"turboyolo {args.command}: error: {printable(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"turboyolo {args.command}: interrupted", file=sys.stderr)

@@ -25,7 +25,7 @@ import numpy as np
 
 from turboyolo.data.decode import decode_image, probe_image, target_size
 from turboyolo.data.scan import Sample
-from turboyolo.errors import DataError
+from turboyolo.errors import DataError, printable
 
 CACHE_VERSION = 1
 HEADROOM = 0.9  # use at most this fraction of the free RAM / disk
@@ -270,9 +270,10 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
                         f"{memory} is free; use a smaller --img-size, the other --cache kind, or free space")
     cache = PreparedCache.build(root if memory == "disk" else None, samples, size, workers)
     if cache.failed:
-        log(f"prepared cache: {len(cache.failed)} image(s) failed to decode; training replaces them:")
+        log(f"prepared cache: {len(cache.failed)} image(s) failed to decode; training replaces them, "
+            "evaluation leaves them out:")
         for path, reason in cache.failed:
-            log(f"  {path}: {reason}")
+            log(f"  {printable(path)}: {printable(reason)}")
     return cache
 
 
@@ -298,7 +299,7 @@ def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("t
     caches = {}
     for split in splits:
         result = scan_dataset(data, split)
-        log(result.summary())
+        log(result.console_text())
         root = Path(out) / split if out else default_cache_root(data, split, img_size)
         cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
         log(f"{split}: {len(cache)} images -> {cache.root}")

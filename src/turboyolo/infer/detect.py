@@ -7,7 +7,6 @@ never collide), ``labels/*.txt`` in YOLO format (``--save-txt``, ``--save-conf``
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from collections.abc import Iterator
@@ -17,11 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from turboyolo.errors import ConfigError, DataError, FlagError, TurboYoloError
+from turboyolo.errors import ConfigError, DataError, FlagError, TurboYoloError, printable
 from turboyolo.infer.writer import DetectionWriter, coco_gt_ids
 from turboyolo.rundir import next_run_dir
-
-
 
 
 @dataclass
@@ -80,21 +77,26 @@ class DetectReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     videos: list[str] = field(default_factory=list)
     frames: int = 0
+    notes: list[str] = field(default_factory=list)  # folder links not followed again, unreadable folders
 
 
-def gather_images(sources: list[str]) -> list[tuple[Path, Path]]:
-    """(image path, output-relative path) for every input; relative paths never collide."""
-    from turboyolo.formats.datasets import IMAGE_SUFFIXES, list_images
+def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tuple[Path, Path]]:
+    """(image path, output-relative path) for every input; relative paths never collide.
+
+    Folders and ``**`` globs follow each real folder once (a folder-link loop ends); ``notes`` receives
+    one line per link not followed again or folder not readable.
+    """
+    from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files, list_images
 
     images: list[Path] = []
     for source in sources:
         if any(ch in source for ch in "*?["):
-            matches = sorted(Path(p) for p in glob.glob(source, recursive=True))
-            images += [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+            matches = glob_files(source, notes)
+            images += [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES]
             if not matches:
                 raise DataError(f"{source}: the glob matches no file")
         else:
-            images += list_images(source)
+            images += list_images(source, notes)
     seen, unique = set(), []
     for path in images:
         key = path.resolve()
@@ -153,10 +155,13 @@ def run_detection(opts: DetectOptions) -> int:
     if report.videos:
         what += f", {report.frames} frames of {len(report.videos)} video(s)"
     print(f"{what}, {report.detections} detections -> {report.out_dir}")
+    for note in report.notes:
+        print(f"note: {printable(note)}", file=sys.stderr)
     if report.skipped:
-        print(f"{len(report.skipped)} unreadable images skipped:", file=sys.stderr)
+        listed = printable(report.out_dir / "skipped.txt")
+        print(f"{len(report.skipped)} unreadable images skipped (listed in {listed}):", file=sys.stderr)
         for path, reason in report.skipped:
-            print(f"  {path}: {reason}", file=sys.stderr)
+            print(f"  {printable(path)}: {printable(reason)}", file=sys.stderr)
     return 0
 
 
@@ -185,14 +190,15 @@ def detect(opts: DetectOptions) -> DetectReport:
     from turboyolo.infer.video import split_video_sources
 
     image_sources, videos = split_video_sources(opts.sources)
-    items = gather_images(image_sources) if image_sources or not videos else []
+    notes: list[str] = []
+    items = gather_images(image_sources, notes) if image_sources or not videos else []
     if videos and opts.coco_gt:
         raise ConfigError("--coco-gt takes image ids from a COCO json; it does not apply to videos")
     gt_ids = coco_gt_ids(opts.coco_gt) if opts.coco_gt else None
     if opts.out_dir is None:  # only now: a run that fails on its inputs leaves no empty directory
         opts.out_dir = next_run_dir(*opts.run_dir)
     writer = DetectionWriter(opts, names, gt_ids)
-    report = DetectReport(opts.out_dir)
+    report = DetectReport(opts.out_dir, notes=notes)
     fast_target = max(predictor.img_size) if opts.fast_decode else None
     progress = tqdm(
         total=len(items), desc="detect", unit="img", disable=opts.quiet or len(items) < 2, file=sys.stderr
@@ -225,8 +231,8 @@ def _predict(predictor, arrays: list[np.ndarray], opts: DetectOptions, wanted) -
 
         tiles = TileOptions(opts.tile, opts.overlap, whole=opts.tile_whole)
         return [predictor.predict_tiled(array, tiles, opts.conf_thres, opts.nms_thres,
-                                        multi_label=not opts.single_label, classes=wanted, max_det=opts.max_det,
-                                        batch_size=opts.batch_size) for array in arrays]
+                                        multi_label=not opts.single_label, classes=wanted,
+                                        max_det=opts.max_det, batch_size=opts.batch_size) for array in arrays]
     return predictor.predict_arrays(
         arrays,
         opts.conf_thres,

@@ -212,15 +212,20 @@ def _thumbnail(array: np.ndarray, prediction, size: int) -> np.ndarray:
 def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path, np.ndarray]) -> None:
     import cv2
 
+    from turboyolo.data.decode import save_image
+    from turboyolo.errors import printable
+
     opts.out_dir.mkdir(parents=True, exist_ok=True)
-    with open(opts.out_dir / "review.csv", "w", newline="", encoding="utf-8") as handle:
+    # a file name that is not UTF-8 is written with \xNN escapes (errors.printable), not a crash
+    review = opts.out_dir / "review.csv"
+    with open(review, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(["image", "label", "status", "detections", "min_conf", "mean_conf"])
         for row in rows:
             writer.writerow(
                 [
-                    row.image,
-                    row.label,
+                    printable(row.image),
+                    printable(row.label),
                     row.status,
                     len(row.scores),
                     f"{row.min_conf:.4f}",
@@ -236,6 +241,7 @@ def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path
     for k, row in enumerate(shown):
         top, left = (k // columns) * (size + 18), (k % columns) * size
         sheet[top : top + size, left : left + size] = drawings[row.image]
-        caption = f"{row.image.name[-24:]} {len(row.scores)} min {row.min_conf:.2f}"
+        # cv2.putText crashes on text that is not UTF-8: printable() escapes such bytes
+        caption = f"{printable(row.image.name)[-24:]} {len(row.scores)} min {row.min_conf:.2f}"
         cv2.putText(sheet, caption, (left + 2, top + size + 13), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (0, 0, 0), 1)
-    cv2.imwrite(str(opts.out_dir / "contact_sheet.jpg"), sheet)
+    save_image(opts.out_dir / "contact_sheet.jpg", sheet)

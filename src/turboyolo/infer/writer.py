@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.draw import class_color, draw_boxes
-from turboyolo.errors import ConfigError, DataError
+from turboyolo.errors import ConfigError, DataError, printable
 from turboyolo.formats.coco import COCO91_IDS
 from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
 
@@ -84,14 +84,14 @@ class DetectionWriter:
         write_yolo_labels(self.opts.out_dir / "labels" / rel.with_suffix(".txt"), rows, self.opts.save_conf)
 
     def _draw(self, rel: Path, array: np.ndarray, prediction) -> None:
-        import cv2
+        from turboyolo.data.decode import save_image
 
         image = self._drawn(array, prediction)
         dest = self.opts.out_dir / rel
         if dest.suffix.lower() not in (".jpg", ".jpeg", ".png"):
             dest = dest.with_suffix(".jpg")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        cv2.imwrite(str(dest), image)
+        save_image(dest, image)  # not cv2.imwrite: it crashes on a file name that is not UTF-8
 
     def _drawn(self, array: np.ndarray, prediction) -> np.ndarray:
         """BGR copy of ``array`` with the boxes and labels drawn."""
@@ -108,6 +108,7 @@ class DetectionWriter:
         (self.opts.out_dir / "predictions.json").write_text(json.dumps(self.results))
         (self.opts.out_dir / "image_ids.json").write_text(json.dumps(self.image_ids, indent=1))
         if report.skipped:
-            (self.opts.out_dir / "skipped.txt").write_text("".join(f"{p}\t{r}\n" for p, r in report.skipped))
+            (self.opts.out_dir / "skipped.txt").write_text(
+                "".join(f"{printable(p)}\t{printable(r)}\n" for p, r in report.skipped), encoding="utf-8")
 
 

@@ -119,7 +119,7 @@ def anchor_report(
     scan = scan_dataset(data, split)
     samples = [s for s in scan.samples if len(s.labels)]
     boxes = letterbox_box_sizes([s.labels for s in samples], [s.hw for s in samples], size)
-    log(scan.summary())
+    log(scan.console_text())
     if len(boxes) == 0:
         raise DataError(f"{data}: the {split} split has no boxes to fit anchors to")
     try:

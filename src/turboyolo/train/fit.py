@@ -25,14 +25,14 @@ import yaml
 
 from turboyolo.data.loader import default_workers
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import FlagError, WeightsError
+from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import (
     export_weights,
     init_head_priors,
     load_pretrained,
-    read_checkpoint,
+    read_training_checkpoint,
     save_darknet_weights,
 )
 from turboyolo.rundir import next_run_dir
@@ -107,7 +107,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     amp_dtype = amp_dtype_for(device, config.runtime.amp)
     options = StepOptions(device=device, amp_dtype=amp_dtype, clip_norm=config.runtime.clip_norm,
                           channels_last=config.runtime.channels_last, log_interval=config.output.log_interval)
-    logger = RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main else SilentLogger()
+    logger = (RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main
+              else SilentLogger())
     monitor = GpuMonitor(device)
     advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
                               default_workers() + 1)
@@ -165,7 +166,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                                       shown=shown, labels=data.val_labels)
                     if improves_best(state, result):
                         paths.append(weights_dir / "best.pt")
-            if finished and config.output.checkpoint_interval and state.epoch % config.output.checkpoint_interval == 0:
+            keep_every = config.output.checkpoint_interval
+            if finished and keep_every and state.epoch % keep_every == 0:
                 paths.append(weights_dir / f"epoch{state.epoch}.pt")
             if finished or result is not None:
                 logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, result, finished))
@@ -230,7 +232,8 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         run_dir = Path(config.resume).resolve().parent.parent
     else:
         spec = apply_overrides(parse_cfg(config.cfg), config)
-        made = next_run_dir(config.output.project, config.output.name, config.output.exist_ok) if env.is_main else None
+        output = config.output
+        made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
@@ -239,16 +242,6 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         (run_dir / "model.cfg").write_text(format_cfg(spec))
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
     return run
-
-
-def read_training_checkpoint(path: str | Path) -> dict:
-    """A checkpoint ``--resume`` can continue: a turboyolo training checkpoint, or a clear error."""
-    state = read_checkpoint(path)
-    missing = [key for key in ("config", "cfg_text", "model", "optimizer", "iteration") if key not in state]
-    if missing:
-        raise WeightsError(f"{path}: not a turboyolo training checkpoint (no {', '.join(missing)}), so "
-                           "there is no run to resume; start a new run with --weights to load its tensors")
-    return state
 
 
 def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
@@ -317,7 +310,8 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         model.to(memory_format=torch.channels_last)
     net = spec.net
     optimizer = build_optimizer(model, net)
-    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} decay {net.decay} "
+    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} "
+        f"decay {net.decay} "
         "(from the cfg; PyTorch-YOLOv3 would use Adam when the cfg names no optimizer); "
         f"batch {net.batch} = {net.subdivisions} x {net.batch // net.subdivisions}, burn_in {net.burn_in}, "
         f"policy {net.policy}")
@@ -343,7 +337,8 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
     if env.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
-        state.ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        device_ids = [device.index] if device.type == "cuda" else None
+        state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
     return state
 
@@ -368,11 +363,13 @@ def improves_best(state: TrainState, result: EvalResult) -> bool:
 
 
 def report_evaluation(result: EvalResult, state: TrainState, config: TrainConfig, names: list[str],
-                      train_seconds: float, reason: str | None, finished: bool, say: Callable[..., None]) -> None:
+                      train_seconds: float, reason: str | None, finished: bool,
+                      say: Callable[..., None]) -> None:
     """One console line (and the per-class table with ``--verbose``)."""
     where = f"epoch {state.epoch}"
     if not finished:  # e.g. "time limit at iteration 7 (epoch 2 unfinished)"
-        where = f"{(reason or 'stop').replace('_', ' ')} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
+        why = (reason or "stop").replace("_", " ")
+        where = f"{why} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
     say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  {result.summary()}  "
         f"{train_seconds / 60:.2f} min")
     if config.eval.verbose:
@@ -401,4 +398,20 @@ def finish_outputs(state: TrainState, spec: ModelSpec, weights_dir: Path, run_di
     if (weights_dir / "best.pt").exists():
         export_weights(weights_dir / "best.pt", spec, weights_dir / "best.weights")
     say(f"weights: {weights_dir} (last.pt, best.pt, last.weights, best.weights); "
-        f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; TensorBoard: {run_dir / 'tensorboard'}")
+        f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; "
+        f"TensorBoard: {run_dir / 'tensorboard'}")
+
+
+def train(cfg: str | Path | None = None, data: str | Path | None = None, weights: str | Path | None = None, *,
+          resume: str | Path | None = None, quiet: bool = False, **options) -> FitResult:
+    """Train from Python: ``turboyolo.train(cfg="my.cfg", data="my.data", weights="yolov3-tiny.weights",
+    epochs=50, cache="ram")``.
+
+    ``options`` are the flags of ``turboyolo train`` by their Python names (``img_size``, ``cache``,
+    ``max_batches``, ``evaluation_interval``, ...; see :mod:`turboyolo.train.config`). Returns the
+    :class:`FitResult`: the run directory, the last evaluation's metrics, the best fitness, iterations,
+    epochs, training minutes and why the run stopped.
+    """
+    config = TrainConfig.build(str(cfg or ""), str(data or ""), str(weights) if weights else None,
+                               str(resume) if resume else None, **options)
+    return fit(config, quiet=quiet)

@@ -72,14 +72,16 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
     if kind != "none":
         side = multiscale[1] if multiscale else img_size
         # the folders `turboyolo prepare` fills, so a cache prepared ahead of time is the one read here
-        cache = prepare_cache(train_scan.samples, side, _cache_root(config, "train", side), memory=kind, log=log)
-        val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size), memory=kind,
-                                  log=log)
+        cache = prepare_cache(train_scan.samples, side, _cache_root(config, "train", side), memory=kind,
+                              log=log)
+        val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size),
+                                  memory=kind, log=log)
     train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
                          augment=augment_params(config, spec), workers=workers, shuffle=True, seed=seed,
-                         multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on, rank=rank,
-                         world_size=world_size)
-    val = build_loader(val_scan.samples, img_size=val_size, batch_size=config.eval.eval_batch or 2 * mini_batch,
+                         multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
+                         rank=rank, world_size=world_size)
+    val_batch = config.eval.eval_batch or 2 * mini_batch
+    val = build_loader(val_scan.samples, img_size=val_size, batch_size=val_batch,
                        augment=None, workers=workers, shuffle=False, seed=seed, cache=val_cache, rank=rank,
                        world_size=world_size)  # evaluation is sharded too; rank 0 merges the shards
     return RunData(train, val, names, train_scan, val_scan)
