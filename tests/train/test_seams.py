@@ -34,24 +34,31 @@ def test_prepare_then_train_reads_the_prepared_cache(tmp_path, isolated_cache, c
     assert "need" not in out  # the line printed before a (re)build
 
 
-def test_a_file_broken_after_the_scan_is_replaced_and_reported_that_epoch(tmp_path, monkeypatch, capsys):
+def test_files_broken_before_and_after_the_scan_are_named_in_the_output_and_the_report(tmp_path, monkeypatch,
+                                                                                      capsys):
     import turboyolo.train.loaders as loaders
 
-    data = make_dataset(tmp_path / "data", 4, 2)
+    data = make_dataset(tmp_path / "data", 4, 3)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
-    broken = tmp_path / "data" / "images" / "train" / "train1.png"
+    images = tmp_path / "data" / "images"
+    (images / "train" / "train3.png").write_bytes(b"not an image")  # excluded by the scan
+    broken_train, broken_val = images / "train" / "train1.png", images / "val" / "val0.png"
     real_scan = loaders.scan_dataset
 
     def scan_then_break(path, split, *args, **kwargs):
         result = real_scan(path, split, *args, **kwargs)
-        if split == "train":
-            broken.write_bytes(broken.read_bytes()[:40])  # truncated after the scan accepted it
+        broken = broken_train if split == "train" else broken_val
+        broken.write_bytes(broken.read_bytes()[:40])  # truncated after the scan accepted it
         return result
 
     monkeypatch.setattr(loaders, "scan_dataset", scan_then_break)
-    assert _train(cfg, data, tmp_path / "runs", "--epochs", "1") == 0
+    assert _train(cfg, data, tmp_path / "runs", "--epochs", "1", "--evaluation-interval", "1") == 0
     out = capsys.readouterr().out
-    assert "failed to load and were replaced this epoch" in out and str(broken) in out, out
+    assert "1 excluded" in out and "train3.png" in out  # the scan's summary and the excluded file
+    assert "failed to load and were replaced this epoch" in out and str(broken_train) in out, out
+    assert "left out of this evaluation" in out and str(broken_val) in out  # never replaced in evaluation
+    report = (tmp_path / "runs" / "exp" / "scan_report.txt").read_text()
+    assert all(name in report for name in ("train3.png", "train1.png", "val0.png")), report
 
 
 def test_resume_takes_an_explicit_epochs_and_nothing_else(tmp_path, capsys):

@@ -99,6 +99,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     try:
         mini_batch = check_batching(spec, env.world_size)
         data = load_data(run, mini_batch)
+        if env.is_main:
+            data.write_report(run.run_dir)
         device = distributed.device_for(env, resolve_device(config.runtime.device))
         state = build_state(config, spec, env, device, run.resume_state, say)
     except BaseException:
@@ -152,15 +154,17 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                 state.epoch += 1
                 state.epoch_batches = state.epoch_start_sample = 0
                 reason = reason or stop.reason(state, train_seconds)
-            replaced = data.train.replaced_summary()
-            if replaced:
-                say(replaced)
-            paths = [weights_dir / "last.pt"]
+            if data.train.replaced_summary():
+                say(data.train.replaced_summary())
+            paths, evaluated = [weights_dir / "last.pt"], None
             interval = config.eval.evaluation_interval
             if interval and reason != INTERRUPTED and (reason is not None or state.epoch % interval == 0):
                 keep = VAL_PLOT_IMAGES if env.is_main else 0
-                result, shown = validate(state, data, config, device, amp_dtype, keep=keep)
-                if result is not None:
+                evaluated, shown = validate(state, data, config, device, amp_dtype, keep=keep)
+                if data.val.dropped_summary():
+                    say(data.val.dropped_summary())
+                if evaluated is not None:  # rank 0 (the others sent it their shard)
+                    result = evaluated
                     report_evaluation(result, state, config, data.names, train_seconds, reason, finished, say)
                     logger.evaluation(result, data.names, epoch=state.epoch, iteration=state.iteration,
                                       shown=shown, labels=data.val_labels)
@@ -169,12 +173,14 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             keep_every = config.output.checkpoint_interval
             if finished and keep_every and state.epoch % keep_every == 0:
                 paths.append(weights_dir / f"epoch{state.epoch}.pt")
-            if finished or result is not None:
-                logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, result, finished))
+            if finished or evaluated is not None:
+                logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, evaluated, finished))
             state.last_checkpoint = str(weights_dir / "last.pt")
             if env.is_main:
                 writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
     finally:
+        if env.is_main and (data.train.replaced or data.val.dropped):
+            data.write_report(run.run_dir)  # the files that broke during the run join the scan's list
         progress.close()
         monitor.close()
         writer.close()
@@ -276,7 +282,8 @@ def load_data(run: Run, mini_batch: int) -> RunData:
     env = run.env
 
     def build() -> RunData:
-        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say)
+        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say,
+                             report=run.run_dir / "scan_report.txt")
 
     ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
     return distributed.once_per_node(env, ready, build) or build()

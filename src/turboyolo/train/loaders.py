@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import ScanResult, scan_dataset
+from turboyolo.data.scan import ScanResult, scan_dataset, write_scan_report
 from turboyolo.formats.darknet_cfg import ModelSpec, YoloSpec
 from turboyolo.train.config import TrainConfig
 
@@ -26,6 +27,11 @@ class RunData:
     names: list[str]
     train_scan: ScanResult
     val_scan: ScanResult
+
+    def write_report(self, run_dir: Path) -> Path:
+        """``scan_report.txt``: both scans in full, then every image that failed to load since."""
+        return write_scan_report(run_dir, [self.train_scan, self.val_scan],
+                                 load_failures=[*self.train.replaced, *self.val.dropped])
 
     @property
     def val_labels(self) -> dict[str, object]:
@@ -53,14 +59,17 @@ def augment_params(config: TrainConfig, spec: ModelSpec) -> AugmentParams | None
 
 
 def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: int = 0, world_size: int = 1,
-                  log: Callable[[str], None] = print) -> RunData:
-    """Scan, (optionally) cache and wrap both splits; ``mini_batch`` images per training batch."""
+                  log: Callable[[str], None] = print, report: Path | None = None) -> RunData:
+    """Scan, (optionally) cache and wrap both splits; ``mini_batch`` images per training batch.
+
+    The scan summaries (and the first excluded files) are logged; ``report`` is where the full list goes.
+    """
     img_size = spec.net.width
     val_size = config.eval.val_img_size or img_size
     train_scan = scan_dataset(config.data, "train")
     val_scan = scan_dataset(config.data, "val", train_scan.names)
     for scan in (train_scan, val_scan):
-        log(scan.summary())
+        log(scan.console_text(report=report))
     names = list(train_scan.names or val_scan.names)
     multiscale = ((int(img_size * 0.67) // 32 * 32, int(img_size * 1.5) // 32 * 32)
                   if config.augment.multiscale else None)
@@ -81,9 +90,10 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
                          multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
                          rank=rank, world_size=world_size)
     val_batch = config.eval.eval_batch or 2 * mini_batch
+    # evaluation is sharded too (rank 0 merges the shards) and leaves out, never replaces, a broken image
     val = build_loader(val_scan.samples, img_size=val_size, batch_size=val_batch,
                        augment=None, workers=workers, shuffle=False, seed=seed, cache=val_cache, rank=rank,
-                       world_size=world_size)  # evaluation is sharded too; rank 0 merges the shards
+                       world_size=world_size, drop_broken=True)
     return RunData(train, val, names, train_scan, val_scan)
 
 
