@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from turboyolo import __version__
-from turboyolo.errors import TurboYoloError, printable
+from turboyolo.errors import FlagError, TurboYoloError, printable
 
 # (subcommand, module under turboyolo.commands, one-line help). Modules are imported lazily so that
 # `turboyolo -h` does not pay for importing torch.
@@ -70,6 +70,15 @@ def add_run_flags(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--project", default=f"runs/{command}", help="parent folder of run directories")
     parser.add_argument("--name", default="exp", help="run directory name (exp, exp2, ... when taken)")
     parser.add_argument("--exist-ok", action="store_true", help="reuse <project>/<name> if it exists")
+
+
+def img_size_flag(values: list[int] | None) -> tuple[int, int] | None:
+    """``--img-size S`` or ``--img-size W H`` (``nargs="+"``) -> (width, height); ``None`` when not given."""
+    if not values:
+        return None
+    if len(values) not in (1, 2):
+        raise FlagError("--img-size takes one size or a width and a height")
+    return values[0], values[-1]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags, add_run_flags
+from turboyolo.cli import add_model_flags, add_run_flags, img_size_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,20 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.errors import FlagError
     from turboyolo.infer.detect import DetectOptions, run_detection
 
-    if args.img_size and len(args.img_size) not in (1, 2):
-        raise FlagError("--img-size takes one size or a width and a height")
     options = DetectOptions(
         sources=list(args.source) + list(args.images), cfg=args.cfg, weights=args.weights, names=args.names,
-        conf_thres=args.conf_thres, nms_thres=args.nms_thres,
-        img_size=(args.img_size[0], args.img_size[-1]) if args.img_size else None,
+        conf_thres=args.conf_thres, nms_thres=args.nms_thres, img_size=img_size_flag(args.img_size),
         class_filter=args.class_filter, single_label=args.single_label, max_det=args.max_det,
         device=args.device, half=args.half, batch_size=args.batch_size,
         save_txt=args.save_txt or args.save_conf, save_conf=args.save_conf, draw=not args.no_draw,
-        coco_gt=args.coco_gt, coco_ids=args.coco_ids,
-        fast_decode=args.fast_decode, workers=max(1, args.workers), tile=args.tile, overlap=args.overlap,
-        tile_whole=args.tile_whole, vid_stride=args.vid_stride,
-        run_dir=(args.project, args.name, args.exist_ok))
+        coco_gt=args.coco_gt, coco_ids=args.coco_ids, fast_decode=args.fast_decode,
+        workers=max(1, args.workers), tile=args.tile, overlap=args.overlap, tile_whole=args.tile_whole,
+        vid_stride=args.vid_stride, run_dir=(args.project, args.name, args.exist_ok))
     return run_detection(options)

@@ -16,7 +16,7 @@ import mmap
 import os
 import shutil
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,15 +285,31 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
     return cache
 
 
-def prepare_command(args) -> int:
-    """``turboyolo prepare`` (see commands/prepare.py for the flags)."""
+def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("train", "val"),
+                    out: str | Path | None = None, workers: int | None = None,
+                    log: Callable[[str], object] = print) -> dict[str, PreparedCache]:
+    """``turboyolo prepare``: decode every image of ``splits`` once into its prepared (disk) cache.
+
+    Args:
+        data: a .data, data.yaml or image folder.
+        img_size: the largest training size (the longer side stored).
+        splits: which splits to prepare, each into its own cache.
+        out: cache folder (``<out>/<split>``); default: :func:`default_cache_root`, the folder
+            ``turboyolo train --cache disk`` reads.
+        workers: decode processes (default: all CPUs).
+    Returns:
+        The opened cache of each split.
+    Raises:
+        DataError: a split cannot be scanned, or its cache does not fit on the disk.
+    """
     from turboyolo.data.scan import scan_dataset
 
-    splits = ("train", "val") if args.split == "all" else (args.split,)
+    caches = {}
     for split in splits:
-        result = scan_dataset(args.data, split)
-        print(result.console_text())
-        root = Path(args.out) / split if args.out else default_cache_root(args.data, split, args.img_size)
-        cache = prepare_cache(result.samples, args.img_size, root, memory="disk", workers=args.workers)
-        print(f"{split}: {len(cache)} images -> {cache.root}")
-    return 0
+        result = scan_dataset(data, split)
+        log(result.console_text())
+        root = Path(out) / split if out else default_cache_root(data, split, img_size)
+        cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
+        log(f"{split}: {len(cache)} images -> {cache.root}")
+        caches[split] = cache
+    return caches
