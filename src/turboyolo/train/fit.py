@@ -14,6 +14,8 @@ weights are evaluated; checkpoints hold the full state and ``--resume`` continue
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import shutil
 import signal
 import threading
@@ -51,6 +53,7 @@ from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
 VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)  # the disk said no
 
 
 @dataclass
@@ -183,12 +186,15 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             state.last_checkpoint = str(weights_dir / "last.pt")
             if env.is_main:
                 writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
-    except OSError as err:  # results.csv, plots, logs: the run directory stopped taking writes
-        raise output_failure(err, run) from err
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        raise output_failure(err, run) from err  # results.csv, plots, logs: the folder stopped taking writes
     finally:
         restore_sigint()
         if env.is_main and (data.train.replaced or data.val.dropped):
-            data.write_report(run.run_dir)  # the files that broke during the run join the scan's list
+            with contextlib.suppress(OSError):  # the files that broke during the run join the scan's list
+                data.write_report(run.run_dir)
         progress.close()
         monitor.close()
         writer.close()
