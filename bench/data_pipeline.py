@@ -38,12 +38,12 @@ import cv2
 import numpy as np
 import torch
 
-from turboyolo.commands.bench import cpu_model, measure_loader
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.decode import load_image
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
+from turboyolo.doctor.throughput import cpu_model, measure_loader
 from turboyolo.formats.labels import write_yolo_labels
 
 PACKAGES = ("lomiri-wallpapers-16.04", "lomiri-wallpapers-20.04")

@@ -2,7 +2,7 @@
 
 For each data set: ``turboyolo doctor`` in data-only mode (``--assume-gpu h200``, 1 worker) gives a
 bottleneck and a predicted ``--cache`` factor; then, separately, the loader is measured cold (original
-files) and warm (prepared cache) with :func:`turboyolo.commands.bench.measure_loader` (1 worker, full
+files) and warm (prepared cache) with :func:`turboyolo.doctor.throughput.measure_loader` (1 worker, full
 augmentation, images/s per core and wall) and the measured factor is compared with the prediction.
 Also measured: the CPU side of ``--augment-on device`` (warm, 1 worker and in-process).
 
@@ -24,11 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from data_pipeline import fetch_photos, make_dataset  # noqa: E402
 
-from turboyolo.commands.bench import measure_loader  # noqa: E402
 from turboyolo.data.augment import AugmentParams  # noqa: E402
 from turboyolo.data.cache import prepare_cache  # noqa: E402
 from turboyolo.data.pipeline import build_loader  # noqa: E402
 from turboyolo.data.scan import scan_dataset  # noqa: E402
+from turboyolo.doctor.throughput import measure_loader  # noqa: E402
 
 
 def doctor(data: Path, cfg: Path, out: Path) -> dict:

@@ -1,4 +1,4 @@
-"""The small public Python API: load a model, detect on arrays or image files.
+"""The small public Python API: load a model, detect on arrays or image files, train.
 
 >>> import turboyolo
 >>> model = turboyolo.load("yolov3-tiny")                   # doctest: +SKIP
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.infer.predict import Prediction, Predictor
+from turboyolo.train.fit import FitResult, train  # noqa: F401  (turboyolo.train(...) calls the same)
 
 ImageLike = str | Path | np.ndarray
 
@@ -73,23 +74,11 @@ def detect(
     arrays = [load_image(item) if isinstance(item, (str, Path)) else np.asarray(item) for item in items]
     kwargs = dict(multi_label=not single_label, classes=classes)
     if tile is not None:
-        from turboyolo.infer.tiling import TileOptions, detect_tiled
+        from turboyolo.infer.tiling import TileOptions
 
-        options = TileOptions(tile, overlap)
-        results = []
-        for array in arrays:
-            merged = detect_tiled(
-                lambda crops: model.predict_arrays(crops, conf_thres, nms_thres, **kwargs),
-                array,
-                options,
-                batch_size=batch_size,
-                nms_thres=nms_thres,
-                max_det=max_det,
-            )
-            results.append(
-                Prediction(merged.boxes, merged.scores, merged.classes, array.shape[1], array.shape[0])
-            )
-        return results
+        tiles = TileOptions(tile, overlap)
+        return [model.predict_tiled(array, tiles, conf_thres, nms_thres, max_det=max_det,
+                                    batch_size=batch_size, **kwargs) for array in arrays]
     results = []
     for start in range(0, len(arrays), batch_size):
         chunk = arrays[start : start + batch_size]

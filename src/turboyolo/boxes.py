@@ -1,30 +1,41 @@
-"""Box formats and conversions. ``xyxy`` = (x1, y1, x2, y2); ``cxcywh`` = (center x, center y, w, h).
+"""Box math, the one home: formats, conversions and IoU, for torch tensors and numpy arrays alike.
 
-Shapes are ``[..., 4]``; functions work on torch tensors. IoU comes from ``torchvision.ops``.
+``xyxy`` = (x1, y1, x2, y2); ``cxcywh`` = (centre x, centre y, w, h); ``xywh`` = COCO's (x, y, w, h);
+``wh`` = (w, h) of boxes that share a centre (anchor shapes). Shapes are ``[..., 4]`` (``[..., 2]``);
+every function returns the type it is given (a tensor stays on its device). The loss, the anchor fit,
+tiled detection, post-processing and export all use these.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
+import numpy as np
 import torch
-from torchvision.ops import box_iou  # noqa: F401  (re-exported: the one IoU the project uses)
+
+Boxes = TypeVar("Boxes", torch.Tensor, np.ndarray)
 
 
-def cxcywh_to_xyxy(boxes: torch.Tensor) -> torch.Tensor:
-    cx, cy, w, h = boxes.unbind(-1)
-    return torch.stack((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2), -1)
+def _xp(boxes):
+    return torch if isinstance(boxes, torch.Tensor) else np
 
 
-def xyxy_to_cxcywh(boxes: torch.Tensor) -> torch.Tensor:
-    x1, y1, x2, y2 = boxes.unbind(-1)
-    return torch.stack(((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1), -1)
+def cxcywh_to_xyxy(boxes: Boxes) -> Boxes:
+    xp = _xp(boxes)
+    half = boxes[..., 2:4] / 2
+    return xp.concatenate([boxes[..., :2] - half, boxes[..., :2] + half], -1)
 
 
-def xyxy_to_xywh(boxes: torch.Tensor) -> torch.Tensor:
+def xyxy_to_cxcywh(boxes: Boxes) -> Boxes:
+    xp = _xp(boxes)
+    return xp.concatenate([(boxes[..., :2] + boxes[..., 2:4]) / 2, boxes[..., 2:4] - boxes[..., :2]], -1)
+
+
+def xyxy_to_xywh(boxes: Boxes) -> Boxes:
     """(x1, y1, x2, y2) -> COCO's (x, y, w, h)."""
-    x1, y1, x2, y2 = boxes.unbind(-1)
-    return torch.stack((x1, y1, x2 - x1, y2 - y1), -1)
+    xp = _xp(boxes)
+    return xp.concatenate([boxes[..., :2], boxes[..., 2:4] - boxes[..., :2]], -1)
 
 
 def clip_xyxy(boxes: torch.Tensor, width: float, height: float) -> torch.Tensor:
@@ -33,6 +44,42 @@ def clip_xyxy(boxes: torch.Tensor, width: float, height: float) -> torch.Tensor:
     out[..., 0::2] = out[..., 0::2].clamp(0, width)
     out[..., 1::2] = out[..., 1::2].clamp(0, height)
     return out
+
+
+def _area(boxes: Boxes) -> Boxes:
+    xp = _xp(boxes)
+    return xp.clip(boxes[..., 2:4] - boxes[..., :2], 0, None).prod(-1)
+
+
+def box_iou(a: Boxes, b: Boxes) -> Boxes:
+    """Pairwise IoU of xyxy boxes: ``[..., N, 4] x [..., M, 4] -> [..., N, M]`` (leading dims broadcast).
+
+    Empty pairs (both boxes without area) give 0.
+    """
+    xp = _xp(a)
+    a, b = a[..., :, None, :], b[..., None, :, :]
+    lt = xp.maximum(a[..., :2], b[..., :2])
+    rb = xp.minimum(a[..., 2:4], b[..., 2:4])
+    inter = xp.clip(rb - lt, 0, None).prod(-1)
+    union = _area(a) + _area(b) - inter
+    return inter / xp.clip(union, 1e-9, None)
+
+
+def box_iou_pairs(a: Boxes, b: Boxes) -> Boxes:
+    """Element-wise IoU of xyxy boxes: ``[..., 4] x [..., 4] -> [...]`` (0 where both are empty)."""
+    xp = _xp(a)
+    lt = xp.maximum(a[..., :2], b[..., :2])
+    rb = xp.minimum(a[..., 2:4], b[..., 2:4])
+    inter = xp.clip(rb - lt, 0, None).prod(-1)
+    return inter / xp.clip(_area(a) + _area(b) - inter, 1e-9, None)
+
+
+def wh_iou(wh1: Boxes, wh2: Boxes) -> Boxes:
+    """IoU of boxes sharing a centre, from widths and heights: ``[N, 2] x [K, 2] -> [N, K]``."""
+    xp = _xp(wh1)
+    inter = xp.minimum(wh1[:, None], wh2[None]).prod(-1)
+    union = wh1.prod(-1)[:, None] + wh2.prod(-1)[None] - inter
+    return inter / xp.clip(union, 1e-12, None)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from turboyolo import __version__
-from turboyolo.errors import TurboYoloError
+from turboyolo.errors import FlagError, TurboYoloError, printable
 
 # (subcommand, module under turboyolo.commands, one-line help). Modules are imported lazily so that
 # `turboyolo -h` does not pay for importing torch.
@@ -47,7 +47,8 @@ class FlagParser(argparse.ArgumentParser):
 
 def underscore_aliases(names) -> list[str]:
     """``--conf-thres`` -> ``[--conf_thres]`` (the spellings not already among ``names``)."""
-    aliases = ["--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]]
+    long = [name for name in names if name.startswith("--") and "-" in name[2:]]
+    aliases = ["--" + name[2:].replace("-", "_") for name in long]
     return [alias for alias in aliases if alias not in names]
 
 
@@ -71,6 +72,15 @@ def add_run_flags(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--exist-ok", action="store_true", help="reuse <project>/<name> if it exists")
 
 
+def img_size_flag(values: list[int] | None) -> tuple[int, int] | None:
+    """``--img-size S`` or ``--img-size W H`` (``nargs="+"``) -> (width, height); ``None`` when not given."""
+    if not values:
+        return None
+    if len(values) not in (1, 2):
+        raise FlagError("--img-size takes one size or a width and a height")
+    return values[0], values[-1]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = FlagParser(prog="turboyolo", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"turboyolo {__version__}")
@@ -83,7 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerant_streams() -> None:
+    """Print file names that are not valid UTF-8 with escapes instead of dying on UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change (closed, detached)
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
@@ -92,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.run(args)
     except TurboYoloError as err:
-        print(f"turboyolo {args.command}: error: {err}", file=sys.stderr)
+        print(f"turboyolo {args.command}: error: {printable(err)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"turboyolo {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # training says where it saved (TrainingInterrupted)
+        detail = f": {printable(err)}" if str(err) else ""
+        print(f"turboyolo {args.command}: interrupted{detail}", file=sys.stderr)
         return 130
     return int(result or 0)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from turboyolo.errors import printable
+
 Color = tuple[int, int, int]
 
 
@@ -17,8 +19,8 @@ def class_color(index: int) -> Color:
     return tuple(int(v) for v in rng.integers(64, 256, 3))
 
 
-def draw_boxes(image: np.ndarray, boxes_xyxy, colors: Color | Sequence[Color], labels: Sequence[str] | None = None,
-               thickness: int | None = None) -> np.ndarray:
+def draw_boxes(image: np.ndarray, boxes_xyxy, colors: Color | Sequence[Color],
+               labels: Sequence[str] | None = None, thickness: int | None = None) -> np.ndarray:
     """A copy of ``image`` (uint8 ``[H, W, 3]``, any channel order) with boxes and optional labels drawn.
 
     Args:
@@ -37,6 +39,7 @@ def draw_boxes(image: np.ndarray, boxes_xyxy, colors: Color | Sequence[Color], l
         x1, y1, x2, y2 = (int(round(v)) for v in box)
         cv2.rectangle(out, (x1, y1), (x2, y2), color, thickness)
         if labels is not None:
-            cv2.putText(out, labels[k], (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness,
-                        color, thickness)
+            # printable: cv2 crashes (signal 11) on text that is not UTF-8, e.g. a name from odd bytes
+            cv2.putText(out, printable(labels[k]), (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX,
+                        0.4 * thickness, color, thickness)
     return out

@@ -87,3 +87,31 @@ def test_palette_with_transparency(tmp_path):
     img.save(tmp_path / "p.png", transparency=0)
     out = load_image(tmp_path / "p.png")
     assert out.shape == (20, 20, 3) and out.dtype == np.uint8
+
+
+def test_scan_check_and_decode_refuse_the_same_files(tmp_path):
+    """One check: what the scan's probe refuses, every decode refuses, with the same reason."""
+    from faults.hostile import write_hostile_images
+
+    expected = write_hostile_images(tmp_path)
+    for name, words in expected.items():
+        with pytest.raises(DataError) as probed:
+            probe_image(tmp_path / name)
+        with pytest.raises(DataError) as decoded:
+            decode_image(tmp_path / name, 64)
+        assert str(probed.value) == str(decoded.value)
+        assert name in str(probed.value) and any(w in str(probed.value) for w in words), str(probed.value)
+
+
+def test_save_image_takes_any_file_name(tmp_path):
+    import os
+
+    from faults.hostile import LATIN1_NAME
+    from turboyolo.data.decode import save_image
+
+    path = tmp_path / os.fsdecode(LATIN1_NAME)  # cv2.imwrite would crash the process (signal 11)
+    save_image(path, _gradient(20, 30)[:, :, ::-1])
+    assert os.path.exists(os.fsencode(tmp_path) + b"/" + LATIN1_NAME)
+    assert load_image(path).shape == (20, 30, 3)
+    with pytest.raises(DataError, match="cannot encode"):
+        save_image(tmp_path / "x.unknownformat", _gradient(4, 4))

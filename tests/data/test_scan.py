@@ -95,3 +95,72 @@ def test_loader_survives_files_breaking_after_scan(tmp_path, isolated_cache):
     assert {p for p, _ in loader.replaced} == {str(p) for p in broken}
     assert "zero-byte" in loader.replaced[0][1] or "unreadable" in loader.replaced[0][1]
     assert loader.replaced_summary() is not None
+
+
+def test_scan_cache_is_json_and_a_planted_pickle_runs_nothing(tmp_path, isolated_cache):
+    import json
+
+    from faults.hostile import planted_pickle
+    from turboyolo.data.scan import _cache_file
+
+    make_dataset(tmp_path, count=3)
+    data = tmp_path / "images"
+    first = scan_dataset(data, "train")
+    cache = _cache_file(data, "train")
+    document = json.loads(cache.read_text())  # plain data
+    assert document["format"] == "turboyolo-scan-cache" and len(document["entries"]) == 3
+    again = scan_dataset(data, "train")
+    assert again.cached == 3
+    for a, b in zip(first.samples, again.samples, strict=True):
+        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
+    marker = tmp_path / "marker"
+    planted_pickle(cache, marker)  # a pickle where the JSON was
+    planted_pickle(cache.with_suffix(".pkl"), marker)  # and where the old pickle cache lived
+    third = scan_dataset(data, "train")
+    assert not marker.exists() and third.cached == 0 and len(third.samples) == 3
+    cache.write_text('{"format": "turboyolo-scan-cache", "version": 2, "entries": {"x": {"key": 1}}}')
+    assert scan_dataset(data, "train").cached == 0  # a malformed entry is re-checked, not trusted
+
+
+def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
+    import os
+
+    from faults.hostile import LATIN1_NAME, write_hostile_images
+    from turboyolo.data.scan import REPORT_NAME, write_scan_report
+
+    make_dataset(tmp_path, count=2)
+    expected = write_hostile_images(tmp_path / "images")
+    (tmp_path / "images" / os.fsdecode(LATIN1_NAME)).write_bytes(b"")  # a bad file with a Latin-1 name
+    train = scan_dataset(tmp_path / "images", "train")
+    val = scan_dataset(tmp_path / "images", "val")
+    assert len(train.excluded) == len(expected) + 1
+    gone = [("/data/gone.jpg", "removed")] * 2  # one file, listed once
+    path = write_scan_report(tmp_path / "run", [train, val], load_failures=gone)
+    assert path == tmp_path / "run" / REPORT_NAME
+    report = path.read_text(encoding="utf-8")
+    for name, words in expected.items():
+        line = next(line for line in report.splitlines() if name in line)
+        assert any(word in line for word in words), line
+    assert "caf\\xe9.jpg: zero-byte" in report  # named, with the odd byte escaped
+    assert report.count("scan train:") == 1 and report.count("scan val:") == 1
+    assert "failed to load after the scan (1):" in report and "/data/gone.jpg: removed" in report
+    console = train.console_text(limit=3, report=path)
+    lines = console.splitlines()
+    assert lines[0] == train.summary() and len(lines) == 5 and str(path) in lines[-1]
+    assert "... and 4 more" in lines[-1]
+    console.encode("utf-8")  # printable whatever the file names hold
+
+
+def test_list_file_with_latin1_name_keeps_the_image(tmp_path, isolated_cache):
+    import os
+
+    from faults.hostile import LATIN1_NAME, good_jpeg
+
+    make_dataset(tmp_path, count=2)
+    good_jpeg(tmp_path / "images" / os.fsdecode(LATIN1_NAME))
+    (tmp_path / "train.txt").write_bytes(b"images/img000.jpg\nimages/" + LATIN1_NAME + b"\n")
+    (tmp_path / "d.data").write_text("train = train.txt\nvalid = train.txt\nnames = k.names\n")
+    result = scan_dataset(tmp_path / "d.data", "train")
+    assert not result.excluded and len(result.samples) == 2
+    assert result.samples[1].image.name == os.fsdecode(LATIN1_NAME)
+    result.report_text().encode("utf-8")

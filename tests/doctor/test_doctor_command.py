@@ -62,3 +62,14 @@ def test_flag_errors(tiny):
     assert main(["doctor", "--data", str(tmp_path / "images"), "--model", str(cfg), "--assume-step-ms", "-1",
                  "--project", str(tmp_path / "runs")]) == 1
     assert main(["doctor", "--data", str(tmp_path / "images"), "--project", str(tmp_path / "runs")]) == 1
+
+
+def test_request_names_the_flag(tiny):
+    from turboyolo.doctor.job import DoctorRequest
+    from turboyolo.errors import FlagError
+
+    tmp_path, cfg = tiny
+    with pytest.raises(FlagError, match="--model/--cfg is required"):
+        DoctorRequest(data=tmp_path / "images", cfg=None)
+    with pytest.raises(FlagError, match="exclude each other"):
+        DoctorRequest(data=tmp_path / "images", cfg=cfg, assume_step_ms=1.0, assume_gpu="h200")

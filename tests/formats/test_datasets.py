@@ -89,3 +89,51 @@ def test_disagreement_warning(tmp_path):
     theirs.write_text("")
     warning = label_path_disagreement(img)
     assert warning and "Darknet" in warning and str(theirs) in warning and str(ours) in warning
+
+
+def test_folder_walk_and_globs_end_on_link_loops(tmp_path, monkeypatch):
+    from faults.hostile import link_loop
+    from turboyolo.formats.datasets import glob_files, walk_files
+
+    root = link_loop(tmp_path / "tree")
+    (root / "a" / "x.jpg").write_bytes(b"x")
+    (root / "a" / "b" / "y.png").write_bytes(b"y")
+    (root / "a" / ".hidden").mkdir()
+    (root / "a" / ".hidden" / "h.jpg").write_bytes(b"h")
+    notes: list[str] = []
+    found = [root / "a" / ".hidden" / "h.jpg", root / "a" / "b" / "y.png", root / "a" / "x.jpg"]
+    assert _within(10, list_images, root, notes) == found  # hidden folders too, as rglob did
+    assert len(notes) == 2 and all("not followed again" in n for n in notes)
+    assert any("self" in n for n in notes) and any("up" in n for n in notes)
+    assert sorted(walk_files(root)) == found
+    assert _within(10, glob_files, str(root / "**" / "*.jpg")) == [root / "a" / "x.jpg"]  # not hidden ones
+    assert glob_files(str(root / "a" / "*")) == [root / "a" / "x.jpg"]
+    monkeypatch.chdir(root)
+    assert glob_files("**/*.png") == [Path("a/b/y.png")]
+
+
+def test_list_file_naming_a_latin1_file(tmp_path):
+    import os
+
+    from faults.hostile import LATIN1_NAME
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    image = folder / os.fsdecode(LATIN1_NAME)
+    image.write_bytes(b"x")
+    (tmp_path / "list.txt").write_bytes(b"imgs/" + LATIN1_NAME + b"\n# comment\n")
+    assert list_images(tmp_path / "list.txt") == [image] and image.exists()
+    assert list_images(folder) == [image]
+
+
+def _within(seconds, function, *args):
+    """``function(*args)`` run in a thread that must finish within ``seconds`` (a walk that loops forever
+    fails the test instead of hanging the suite)."""
+    import threading
+
+    result = []
+    worker = threading.Thread(target=lambda: result.append(function(*args)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"{function.__name__} did not finish within {seconds} s"
+    return result[0]

@@ -8,6 +8,7 @@ import pytest
 from turboyolo.errors import DataError
 from turboyolo.formats.labels import (
     convert_coco,
+    convert_labels,
     convert_voc,
     parse_yolo_labels,
     read_yolo_labels,
@@ -67,17 +68,35 @@ def test_read_raises_with_file_name(tmp_path):
         read_yolo_labels(tmp_path / "bad.txt")
 
 
-def test_convert_voc(tmp_path):
-    xml = """<annotation><filename>img1.jpg</filename><size><width>200</width><height>100</height></size>
+VOC_XML = """<annotation><filename>img1.jpg</filename><size><width>200</width><height>100</height></size>
     <object><name>Dead</name><bndbox><xmin>10</xmin><ymin>20</ymin><xmax>50</xmax><ymax>60</ymax></bndbox></object>
     <object><name>car</name><bndbox><xmin>0</xmin><ymin>0</ymin><xmax>300</xmax><ymax>100</ymax></bndbox></object>
     </annotation>"""
-    (tmp_path / "a.xml").write_text(xml)
+
+
+def test_convert_voc(tmp_path):
+    (tmp_path / "a.xml").write_text(VOC_XML)
     report = convert_voc([tmp_path / "a.xml"], tmp_path / "out", names=["tree"], mapping={"Dead": "tree"})
     rows = read_yolo_labels(tmp_path / "out" / "img1.txt")
     np.testing.assert_allclose(rows, [[0, 0.15, 0.4, 0.2, 0.4]], atol=1e-6)
     assert report.skipped and "car" in report.skipped[0][0]
     assert (tmp_path / "out" / "classes.names").read_text() == "tree\n"
+
+
+def test_convert_labels_picks_the_importer(tmp_path):
+    (tmp_path / "voc").mkdir()
+    (tmp_path / "voc" / "a.xml").write_text(VOC_XML)
+    (tmp_path / "tree.names").write_text("tree\n")
+    report = convert_labels(tmp_path / "voc", tmp_path / "out", names_file=tmp_path / "tree.names",
+                            mapping={"Dead": "tree"})
+    assert report.written == 1 and report.names == ["tree"] and len(report.skipped) == 1
+    with pytest.raises(DataError, match="not found"):
+        convert_labels(tmp_path / "missing", tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no .xml files"):
+        convert_labels(tmp_path / "empty", tmp_path / "out")
+    with pytest.raises(DataError, match="not a COCO"):
+        convert_labels(tmp_path / "voc" / "a.xml", tmp_path / "out", format="coco")
 
 
 def test_convert_coco(tmp_path):

@@ -86,3 +86,20 @@ def test_dynamo_exporter_and_command(tiny_cfg, tmp_path, capsys):
     text = capsys.readouterr().out
     diff = float(text.rsplit("max abs difference", 1)[1])
     assert out.is_file() and diff < 1e-3
+
+
+def test_export_model_is_the_job_without_the_cli(tiny_cfg, tmp_path, monkeypatch):
+    import sys
+
+    from turboyolo.infer.export import export_model
+    from turboyolo.model.loading import build_model, save_darknet_weights
+
+    weights = save_darknet_weights(build_model(tiny_cfg), tmp_path / "tiny.weights")
+    options = ExportOptions(None, exporter="torchscript")
+    report = export_model(weights, options, cfg=tiny_cfg, run_dir=(str(tmp_path / "runs"), "exp", False))
+    assert report.path == tmp_path / "runs" / "exp" / "tiny.onnx" and report.options.img_size == (64, 64)
+    assert report.check_images == 1 and report.max_abs_diff < 1e-3
+    assert "raw outputs, input images [B, 3, 64, 64]" in report.summary()
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    report = export_model(weights, options, cfg=tiny_cfg, output=tmp_path / "b.onnx")
+    assert report.max_abs_diff is None and "comparison skipped" in report.summary().splitlines()[-1]

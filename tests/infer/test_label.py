@@ -69,3 +69,17 @@ def test_unlabeled_split_needs_an_entry(boxes_dataset, tiny_cfg, tiny_weights_fi
     from turboyolo.infer.labeling import split_images
 
     assert len(split_images(data, "unlabeled")) == 6
+
+
+def test_label_images_is_the_job_without_the_cli(boxes_dataset, tiny_cfg, tiny_weights_file, tmp_path):
+    from turboyolo.errors import FlagError
+    from turboyolo.infer.labeling import LabelOptions, label_images
+
+    with pytest.raises(FlagError, match="--nms-thres"):
+        LabelOptions(nms_thres=1.5)
+    (boxes_dataset / "labels" / "img00.txt").unlink()
+    options = LabelOptions(split="train", device="cpu", out_dir=tmp_path / "review")
+    report = label_images(tiny_weights_file, boxes_dataset / "images", options, cfg=tiny_cfg)
+    assert [r.status for r in report.rows].count("written") == 1 and len(report.rows) == 6
+    assert report.summary().startswith("6 images: 1 labelled by the model")
+    assert (tmp_path / "review" / "review.csv").is_file()

@@ -1,19 +1,12 @@
 """``turboyolo bench data``: images/s (and per core) of the data pipeline, cold and warm.
 
-Definitions: per core = images / CPU-seconds of all loader processes (main and workers, user + system);
-hand-off = main-process CPU time per image spent receiving, collating and pinning, measured with at
-least one worker so that the main process does nothing else.
+The measurement is :func:`turboyolo.doctor.throughput.bench_data` (its docstring defines per core and
+hand-off); this module only declares the flags.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from pathlib import Path
-
-# measure_loader and cpu_model are imported from here by bench/ scripts
-from turboyolo.doctor.throughput import Measurement, cpu_model, measure_loader  # noqa: F401
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,57 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "--augment-on device (uint8 canvases + warp numbers, warm path only)")
 
 
-def bench_data(data: str | Path, *, split: str = "train", img_size: int = 416, workers: int = 0,
-               batch_size: int = 16, images: int = 256, cache_dir: str | Path | None = None, log=print,
-               augment_on: str = "both") -> dict:
-    """Measure cold/warm x augment/no-augment (CPU augmentation), the CPU side of device augmentation
-    (warm) and the hand-off; returns the numbers keyed by (path, mode), logs a table."""
-    import cv2
-    import torch
-
-    from turboyolo.data.augment import AugmentParams
-    from turboyolo.data.cache import prepare_cache
-    from turboyolo.data.pipeline import build_loader
-    from turboyolo.data.scan import scan_dataset
-
-    cv2.setNumThreads(1)
-    torch.set_num_threads(1)
-    scan = scan_dataset(data, split)
-    log(scan.summary())
-    samples = scan.samples
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(cache_dir) if cache_dir else Path(tmp) / "prepared"
-        cache = prepare_cache(samples, img_size, root, workers=max(1, workers), log=log)
-        log(f"bench data: {len(samples)} images, img-size {img_size}, workers {workers}, batch {batch_size}, "
-            f"{images} images per row; CPU {cpu_model()}, {os.cpu_count()} cores")
-        results = {}
-        augment = AugmentParams.from_net()
-        rows = []
-        if augment_on in ("cpu", "both"):
-            rows += [(p, c, a, g, "cpu") for p, c in (("cold", None), ("warm", cache))
-                     for a, g in (("augment", augment), ("no augment", None))]
-        if augment_on in ("device", "both"):
-            rows.append(("warm", cache, "device augment", augment, "device"))
-        for path_name, path_cache, aug_name, aug, where in rows:
-            loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=aug,
-                                  workers=workers, shuffle=True, cache=path_cache, augment_on=where)
-            m = measure_loader(loader, images)
-            del loader
-            results[(path_name, aug_name)] = m
-            source = "original files" if path_cache is None else "prepared cache"
-            label = f"{path_name} ({source}), {aug_name}" + (" (CPU side)" if where == "device" else "")
-            log(f"  {label:<50} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core")
-        loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=augment,
-                              workers=max(1, workers), shuffle=True, cache=cache)
-        handoff = measure_loader(loader, images)
-        del loader
-        log(f"  hand-off (main process, receive + collate + pin): {handoff.main_ms_per_image:.3f} ms per "
-            f"image ({max(1, workers)} worker(s), pin_memory={torch.cuda.is_available()})")
-        results["handoff_ms"] = handoff.main_ms_per_image
-    return results
-
-
 def run(args: argparse.Namespace) -> int:
+    from turboyolo.doctor.throughput import bench_data
     from turboyolo.errors import TurboYoloError
 
     if args.what != "data":

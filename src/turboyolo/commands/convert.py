@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
-from turboyolo.errors import DataError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,29 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.formats.datasets import read_names
-    from turboyolo.formats.labels import convert_coco, convert_voc
+    from turboyolo.errors import FlagError
+    from turboyolo.formats.labels import convert_labels
 
-    source = Path(args.source)
-    if not source.exists():
-        raise DataError(f"{source}: not found; pass a COCO .json, a VOC .xml or a folder of them")
-    kind = args.format
-    if kind == "auto":
-        kind = "coco" if source.suffix.lower() == ".json" else "voc"
-    if kind == "coco":
-        report = convert_coco(source, args.out)
-    else:
-        mapping = {}
-        for item in args.map:
-            if "=" not in item:
-                raise DataError(f"--map {item!r}: expected FROM=TO")
-            key, value = item.split("=", 1)
-            mapping[key] = value
-        files = sorted(source.glob("*.xml")) if source.is_dir() else [source]
-        if not files:
-            raise DataError(f"{source}: no .xml files; pass a folder of VOC annotations")
-        names = read_names(args.names) if args.names else None
-        report = convert_voc(files, args.out, names, mapping or None)
+    mapping = {}
+    for item in args.map:
+        if "=" not in item:
+            raise FlagError(f"--map {item!r}: expected FROM=TO")
+        key, value = item.split("=", 1)
+        mapping[key] = value
+    report = convert_labels(args.source, args.out, format=args.format, names_file=args.names, mapping=mapping)
     print(f"convert: {report.summary()} -> {args.out}")
     for where, reason in report.skipped:
         print(f"  skipped {where}: {reason}")

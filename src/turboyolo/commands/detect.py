@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags, add_run_flags
+from turboyolo.cli import add_model_flags, add_run_flags, img_size_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--single-label", action="store_true", help="one class per box (the best), not Darknet's multi-label"
     )
     parser.add_argument("--max-det", type=int, default=None, help="cap detections per image")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, a GPU index N, or auto")
     parser.add_argument("--half", action="store_true", help="fp16 on CUDA (bf16 on CPU)")
     parser.add_argument("-b", "--batch-size", type=int, default=8, help="images per forward pass")
     parser.add_argument("--save-txt", action="store_true", help="write YOLO labels under labels/")
@@ -74,4 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from turboyolo.infer.detect import DetectOptions, run_detection
 
-    return run_detection(DetectOptions.from_args(args))
+    options = DetectOptions(
+        sources=list(args.source) + list(args.images), cfg=args.cfg, weights=args.weights, names=args.names,
+        conf_thres=args.conf_thres, nms_thres=args.nms_thres, img_size=img_size_flag(args.img_size),
+        class_filter=args.class_filter, single_label=args.single_label, max_det=args.max_det,
+        device=args.device, half=args.half, batch_size=args.batch_size,
+        save_txt=args.save_txt or args.save_conf, save_conf=args.save_conf, draw=not args.no_draw,
+        coco_gt=args.coco_gt, coco_ids=args.coco_ids, fast_decode=args.fast_decode,
+        workers=max(1, args.workers), tile=args.tile, overlap=args.overlap, tile_whole=args.tile_whole,
+        vid_stride=args.vid_stride, run_dir=(args.project, args.name, args.exist_ok))
+    return run_detection(options)

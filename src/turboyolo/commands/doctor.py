@@ -3,7 +3,8 @@
 Data-only mode: ``--assume-step-ms T`` (a training step of T ms per mini-batch) or ``--assume-gpu h200``
 (the step time of that GPU from the model's FLOPs) skips the step measurement, so the data side can be
 judged on a machine whose own step is far too slow to ever wait for data (such as a small CPU).
-Writes ``doctor.md`` and ``doctor.json`` into the run directory (``runs/doctor/exp``...).
+Writes ``doctor.md`` and ``doctor.json`` into the run directory (``runs/doctor/exp``...). The job is
+:func:`turboyolo.doctor.job.run_doctor`; this module maps the flags to its request.
 """
 
 from __future__ import annotations
@@ -42,55 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
-    from turboyolo.data.loader import default_workers
-    from turboyolo.devices import amp_dtype_for, resolve_device
-    from turboyolo.doctor.measure import DoctorOptions, measure
-    from turboyolo.doctor.verdict import diagnose, render_markdown
+    from turboyolo.doctor.job import DoctorRequest, run_doctor
     from turboyolo.errors import FlagError
-    from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.rundir import next_run_dir
 
-    if not args.cfg:
-        raise FlagError("--model/--cfg is required: the Darknet .cfg you train (e.g. `turboyolo cfg yolov3 "
-                        "--num-classes N -o my.cfg`)")
-    if args.assume_step_ms is not None and args.assume_step_ms <= 0:
-        raise FlagError(f"--assume-step-ms {args.assume_step_ms}: give a positive step time in ms")
-    spec = parse_cfg(args.cfg)
-    net = spec.net
-    img_size = args.img_size or net.width
-    if img_size % 32:
-        raise FlagError(f"--img-size {img_size}: use a multiple of 32")
-    spec = spec.with_net(width=img_size, height=img_size)
-    batch, subdivisions = args.batch or net.batch, args.subdivisions or net.subdivisions
-    if batch % subdivisions:
-        raise FlagError(f"batch {batch} is not a multiple of subdivisions {subdivisions} "
-                        "(--batch/--subdivisions)")
-    device = resolve_device(args.device)
-    cpus = default_workers() + 1
-    workers = default_workers() if args.workers is None else args.workers
+    counts = None
     if args.worker_counts:
         try:
             counts = tuple(int(c) for c in args.worker_counts.split(","))
         except ValueError as err:
             raise FlagError(f"--worker-counts {args.worker_counts!r}: comma-separated integers") from err
-    else:
-        counts = tuple(sorted({0, *[c for c in (1, 2, 4, 8, 16) if c <= max(1, cpus - 1)]}))
-    options = DoctorOptions(img_size=img_size, batch=batch, subdivisions=subdivisions, device=device,
-                            workers=workers, worker_counts=counts, cache=args.cache,
-                            augment_on=args.augment_on,
-                            amp_dtype=amp_dtype_for(device, args.amp), assume_step_ms=args.assume_step_ms,
-                            assume_gpu=args.assume_gpu, images=args.images, repeats=args.repeats)
-    run_dir = next_run_dir(args.project, args.name, args.exist_ok)
-    timings = measure(args.data, args.split, spec, options, run_dir)
-    verdict = diagnose(timings)
-    text = render_markdown(timings, verdict, f"turboyolo doctor: {args.data}")
-    (run_dir / "doctor.md").write_text(text)
-    (run_dir / "doctor.json").write_text(json.dumps({"timings": vars(timings) | {
-        "loader_images_per_s": {str(k): v for k, v in timings.loader_images_per_s.items()}},
-        "verdict": verdict.as_dict()}, indent=2))
-    print()
-    print(text)
-    print(f"report: {run_dir / 'doctor.md'}, {run_dir / 'doctor.json'}")
+    request = DoctorRequest(
+        data=args.data, cfg=args.cfg, split=args.split, device=args.device, img_size=args.img_size,
+        batch=args.batch, subdivisions=args.subdivisions, amp=args.amp, workers=args.workers,
+        worker_counts=counts, cache=args.cache, augment_on=args.augment_on,
+        assume_step_ms=args.assume_step_ms, assume_gpu=args.assume_gpu, images=args.images,
+        repeats=args.repeats, run_dir=(args.project, args.name, args.exist_ok),
+    )
+    report = run_doctor(request)
+    print(report.summary())
     return 0

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from turboyolo.cli import add_model_flags, add_run_flags
+from turboyolo.cli import add_model_flags, add_run_flags, img_size_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,24 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
+    from turboyolo.infer.export import ExportOptions, export_model
 
-    from turboyolo.errors import ConfigError
-    from turboyolo.infer.export import ExportOptions, compare_with_torch, export_onnx
-    from turboyolo.model.loading import build_model, resolve_model
-    from turboyolo.rundir import next_run_dir
-
-    try:
-        import onnx  # noqa: F401
-    except ImportError:
-        raise ConfigError("--format onnx needs the onnx extra: pip install 'turboyolo[onnx]'") from None
-    spec, weights = resolve_model(args.cfg, args.weights)
-    model = build_model(spec, weights)
-    if args.img_size and len(args.img_size) not in (1, 2):
-        raise ConfigError("--img-size takes one size or a width and a height")
-    img_size = (args.img_size[0], args.img_size[-1]) if args.img_size else (spec.net.width, spec.net.height)
     options = ExportOptions(
-        img_size=img_size,
+        img_size=img_size_flag(args.img_size),
         decoded=args.decoded or args.nms,
         nms=args.nms,
         dynamic_batch=args.dynamic_batch,
@@ -60,22 +45,7 @@ def run(args: argparse.Namespace) -> int:
         opset=args.opset,
         exporter=args.exporter,
     )
-    if args.output:
-        out = Path(args.output)
-    else:
-        out = next_run_dir(args.project, args.name, args.exist_ok) / f"{Path(str(weights)).stem}.onnx"
-    path = export_onnx(model, out, options)
-    size_mb = path.stat().st_size / 1e6
-    shape = f"[B, 3, {img_size[1]}, {img_size[0]}]"
-    print(f"{path} ({size_mb:.1f} MB, {options.mode} outputs, input images {shape})")
-    if not args.no_check:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            print("onnxruntime not installed: comparison skipped (pip install 'turboyolo[onnx]')")
-            return 0
-        batch = 2 if args.dynamic_batch else 1
-        images = np.random.default_rng(0).random((batch, 3, img_size[1], img_size[0]), dtype=np.float32)
-        diff = compare_with_torch(model, path, options, images)
-        print(f"onnxruntime (CPU) vs PyTorch on {batch} random image(s): max abs difference {diff:.2g}")
+    report = export_model(args.weights, options, cfg=args.cfg, output=args.output,
+                          run_dir=(args.project, args.name, args.exist_ok), check=not args.no_check)
+    print(report.summary())
     return 0

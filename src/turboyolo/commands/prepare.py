@@ -15,6 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.data.cache import prepare_command
+    from turboyolo.data.cache import prepare_dataset
 
-    return prepare_command(args)
+    splits = ("train", "val") if args.split == "all" else (args.split,)
+    prepare_dataset(args.data, args.img_size, splits, out=args.out, workers=args.workers)
+    return 0

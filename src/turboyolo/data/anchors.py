@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from turboyolo.boxes import wh_iou
+
 MIN_FIT_SIZE = 2.0  # boxes narrower or shorter than this (letterbox px) are left out of the fit
 
 
@@ -43,15 +45,6 @@ def letterbox_box_sizes(
         rows = np.asarray(rows, np.float64)
         sizes.append(np.stack([rows[:, 3] * width * ratio, rows[:, 4] * height * ratio], 1))
     return np.concatenate(sizes) if sizes else np.zeros((0, 2))
-
-
-def wh_iou(boxes_wh: np.ndarray, anchors_wh: np.ndarray) -> np.ndarray:
-    """IoU of boxes and anchors aligned at their centres: ``[N, 2]`` x ``[K, 2]`` -> ``[N, K]``."""
-    boxes_wh = np.asarray(boxes_wh, np.float64)[:, None, :]
-    anchors_wh = np.asarray(anchors_wh, np.float64)[None, :, :]
-    inter = np.minimum(boxes_wh, anchors_wh).prod(-1)
-    union = boxes_wh.prod(-1) + anchors_wh.prod(-1) - inter
-    return inter / np.maximum(union, 1e-12)
 
 
 @dataclass(frozen=True)
@@ -79,7 +72,7 @@ def anchor_fit(boxes_wh: np.ndarray, anchors_wh, thresh: float = 0.5) -> AnchorF
     anchors = anchors[np.argsort(anchors.prod(1), kind="stable")]
     if len(boxes_wh) == 0:
         return AnchorFit(anchors, 0.0, 0.0, thresh)
-    iou = wh_iou(boxes_wh, anchors)
+    iou = wh_iou(np.asarray(boxes_wh, np.float64), np.asarray(anchors, np.float64))
     best = iou.max(1)
     used = len(np.unique(iou.argmax(1)))
     return AnchorFit(anchors, float(best.mean()), float((best >= thresh).mean()), thresh, used)
@@ -89,7 +82,7 @@ def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, itera
     # k-means++ seeding with 1 - IoU as the distance, then Lloyd steps (mean of each cluster).
     centres = [boxes_wh[rng.integers(len(boxes_wh))]]
     for _ in range(1, num):
-        distance = 1 - wh_iou(boxes_wh, np.array(centres)).max(1)
+        distance = 1 - wh_iou(boxes_wh, np.array(centres, np.float64)).max(1)
         weights = distance**2
         total = weights.sum()
         pick = rng.choice(len(boxes_wh), p=weights / total) if total > 0 else rng.integers(len(boxes_wh))

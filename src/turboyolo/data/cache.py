@@ -16,7 +16,7 @@ import mmap
 import os
 import shutil
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ import numpy as np
 
 from turboyolo.data.decode import decode_image, probe_image, target_size
 from turboyolo.data.scan import Sample
-from turboyolo.errors import DataError
+from turboyolo.errors import DataError, printable
 
 CACHE_VERSION = 1
 HEADROOM = 0.9  # use at most this fraction of the free RAM / disk
@@ -169,7 +169,8 @@ class PreparedCache:
             global _RAM_TARGET
             _RAM_TARGET = data if root is None else None  # inherited by the forked workers
             try:
-                with ProcessPoolExecutor(workers, mp_context=_fork_context()) as pool:
+                with ProcessPoolExecutor(workers, mp_context=_fork_context(),
+                                         initializer=_ignore_sigint) as pool:
                     chunk = max(1, len(jobs) // (workers * 8))
                     specs = [(str(target) if target else None, total, job) for job in jobs]
                     results = list(pool.map(_decode_into, specs, chunksize=chunk))
@@ -223,6 +224,13 @@ def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, i
     return orig_hw, zlib.crc32(flat), ""
 
 
+def _ignore_sigint() -> None:
+    """Decode workers leave Ctrl-C to the main process, which stops the build and says so."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def human_bytes(count: float) -> str:
     """``1536`` -> ``1.5 KiB``."""
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -270,21 +278,38 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
                         f"{memory} is free; use a smaller --img-size, the other --cache kind, or free space")
     cache = PreparedCache.build(root if memory == "disk" else None, samples, size, workers)
     if cache.failed:
-        log(f"prepared cache: {len(cache.failed)} image(s) failed to decode; training replaces them:")
+        log(f"prepared cache: {len(cache.failed)} image(s) failed to decode; training replaces them, "
+            "evaluation leaves them out:")
         for path, reason in cache.failed:
-            log(f"  {path}: {reason}")
+            log(f"  {printable(path)}: {printable(reason)}")
     return cache
 
 
-def prepare_command(args) -> int:
-    """``turboyolo prepare`` (see commands/prepare.py for the flags)."""
+def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("train", "val"),
+                    out: str | Path | None = None, workers: int | None = None,
+                    log: Callable[[str], object] = print) -> dict[str, PreparedCache]:
+    """``turboyolo prepare``: decode every image of ``splits`` once into its prepared (disk) cache.
+
+    Args:
+        data: a .data, data.yaml or image folder.
+        img_size: the largest training size (the longer side stored).
+        splits: which splits to prepare, each into its own cache.
+        out: cache folder (``<out>/<split>``); default: :func:`default_cache_root`, the folder
+            ``turboyolo train --cache disk`` reads.
+        workers: decode processes (default: all CPUs).
+    Returns:
+        The opened cache of each split.
+    Raises:
+        DataError: a split cannot be scanned, or its cache does not fit on the disk.
+    """
     from turboyolo.data.scan import scan_dataset
 
-    splits = ("train", "val") if args.split == "all" else (args.split,)
+    caches = {}
     for split in splits:
-        result = scan_dataset(args.data, split)
-        print(result.summary())
-        root = Path(args.out) / split if args.out else default_cache_root(args.data, split, args.img_size)
-        cache = prepare_cache(result.samples, args.img_size, root, memory="disk", workers=args.workers)
-        print(f"{split}: {len(cache)} images -> {cache.root}")
-    return 0
+        result = scan_dataset(data, split)
+        log(result.console_text())
+        root = Path(out) / split if out else default_cache_root(data, split, img_size)
+        cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
+        log(f"{split}: {len(cache)} images -> {cache.root}")
+        caches[split] = cache
+    return caches

@@ -5,10 +5,22 @@ The expensive part of a large JPEG is its full-resolution decode. libjpeg can de
 the entropy (Huffman) decode, which is the floor. We ask for the smallest such scale whose longer
 side is still >= the target, then resize to exactly the target with an area filter (linear when
 enlarging). Everything after this works on target-sized images.
+
+Every image read in the package goes through here, with one set of checks (:func:`probe_image` for
+the scan, :func:`decode_image` for the loader, the prepared cache, detect, label and the API): the file
+is read once; JPEG and PNG files must pass the structure checks of :mod:`turboyolo.formats.images`
+(a PNG with a bad CRC, a JPEG with garbage in its image data, a truncated file); an image that declares
+more pixels than :func:`pixel_limit` is refused before anything is allocated (a decompression bomb: a
+small PNG that declares 30000 x 30000). Each failure is a :class:`DataError` naming the file, the reason
+and the fix.
 """
 
 from __future__ import annotations
 
+import io
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import cv2
@@ -16,8 +28,11 @@ import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from turboyolo.errors import DataError
+from turboyolo.formats.images import declared_size, jpeg_problem, png_problem, sniff
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not return grey rows
+_PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, RuntimeError,
+               Image.DecompressionBombError)
 
 EXIF_ORIENTATION = 0x0112
 _JPEG_FORMATS = ("JPEG", "MPO")
@@ -89,6 +104,88 @@ def target_size(width: int, height: int, target: int) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
+def pixel_limit() -> int | None:
+    """Largest width x height decoded: Pillow's refusal limit (2 x ``Image.MAX_IMAGE_PIXELS``, 179 Mpx
+    by default; an application that raises Pillow's knob raises this too). None: no limit."""
+    return 2 * Image.MAX_IMAGE_PIXELS if Image.MAX_IMAGE_PIXELS else None
+
+
+def _too_large(path: Path, pixels: int, limit: int, size: tuple[int, int] | None = None) -> DataError:
+    what = f"{size[0]} x {size[1]} = " if size else ""
+    return DataError(
+        f"{path}: image declares {what}{_pixels(pixels)}, over the limit of {_pixels(limit)} (a "
+        "decompression bomb, or a picture too large to decode whole); split it into tiles or downscale it, "
+        "or remove it"
+    )
+
+
+def _pixels(count: int) -> str:
+    return f"{count / 1e6:.0f} megapixels" if count >= 10**6 else f"{count} pixels"
+
+
+def _read(path: Path) -> tuple[bytes | None, str | None]:
+    """(whole file, ``"JPEG"``/``"PNG"``) for the formats checked here; (None, None) for the others,
+    which Pillow reads from the path. Raises DataError for a missing, unreadable or empty file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            kind = sniff(head)
+            data = head + handle.read() if kind else None
+    except FileNotFoundError:
+        raise DataError(f"{path}: image not found; fix the list file or restore the image") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: a folder where an image was expected; fix the list file") from None
+    except OSError as err:
+        raise DataError(f"{path}: image unreadable ({err.strerror or err}); check its permissions") from None
+    if not head:
+        raise DataError(f"{path}: zero-byte image file; re-export or remove it")
+    return data, kind
+
+
+def _check(path: Path, data: bytes | None, kind: str | None) -> bool:
+    """The structure checks of JPEG and PNG files; returns whether a PNG has an eXIf chunk after its
+    image data (its orientation is then only known after a full decode)."""
+    if kind == "JPEG":
+        problem, late_exif = jpeg_problem(data), False
+    elif kind == "PNG":
+        problem, late_exif = png_problem(data)
+    else:
+        return False
+    if problem:
+        raise DataError(f"{path}: {problem}; re-export or remove it")
+    return late_exif
+
+
+@contextmanager
+def _opened(path: Path, data: bytes | None) -> Iterator[Image.Image]:
+    """Pillow's image, header read; pixel limit enforced; every Pillow error becomes a DataError."""
+    limit = pixel_limit()
+    if data is not None and limit is not None:
+        size = declared_size(data, sniff(data[:8]))
+        if size is not None and size[0] * size[1] > limit:
+            raise _too_large(path, size[0] * size[1], limit, size)
+    try:
+        img = Image.open(io.BytesIO(data) if data is not None else path)
+    except Image.DecompressionBombError as err:  # other formats: Pillow's own check of the header
+        found = re.search(r"\((\d+) pixels\)", str(err))
+        raise _too_large(path, int(found.group(1)) if found else 0, limit or 0) from None
+    except UnidentifiedImageError:
+        raise DataError(f"{path}: not a readable image (no image format recognised); re-export or remove it"
+                        ) from None
+    except _PIL_ERRORS as err:
+        raise DataError(f"{path}: not a readable image ({err}); re-export or remove it") from None
+    with img:
+        width, height = img.size
+        if width <= 0 or height <= 0:
+            raise DataError(f"{path}: image has zero size; re-export or remove it")
+        if limit is not None and width * height > limit:
+            raise _too_large(path, width * height, limit, (width, height))
+        try:
+            yield img
+        except _PIL_ERRORS as err:
+            raise DataError(f"{path}: unreadable image ({err}); re-export or remove it") from None
+
+
 def load_image(path: str | Path, target: int | None = None) -> np.ndarray:
     """Decode an image file to RGB uint8, EXIF orientation applied.
 
@@ -109,24 +206,25 @@ def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarra
         (uint8 [H, W, 3] RGB C-contiguous, (orig_h, orig_w) of the full-resolution oriented image).
 
     Raises:
-        DataError: naming the file, when it is missing, empty, truncated or not an image.
+        DataError: naming the file, when it is missing, empty, truncated, damaged (the checks of
+            :func:`probe_image`), too large (:func:`pixel_limit`) or not an image.
     """
     path = Path(path)
-    try:
-        with Image.open(path) as img:
+    data, kind = _read(path)
+    _check(path, data, kind)
+    with _opened(path, data) as img:
+        # Pillow finds a PNG's eXIf chunk after the pixels only once they are decoded: read it after load().
+        orientation = _orientation(img) if img.format != "PNG" else 1
+        width, height = img.size
+        if target is not None and img.format in _JPEG_FORMATS and img.mode in ("RGB", "L", "CMYK"):
+            scale = target / max(width, height)
+            if scale < 1:
+                request = (max(1, int(np.ceil(width * scale))), max(1, int(np.ceil(height * scale))))
+                img.draft(img.mode, request)
+        img.load()
+        if img.format == "PNG":
             orientation = _orientation(img)
-            width, height = img.size
-            if target is not None and img.format in _JPEG_FORMATS and img.mode in ("RGB", "L", "CMYK"):
-                scale = target / max(width, height)
-                if scale < 1:
-                    request = (max(1, int(np.ceil(width * scale))), max(1, int(np.ceil(height * scale))))
-                    img.draft(img.mode, request)
-            img.load()
-            array = _to_rgb_uint8(img)
-    except FileNotFoundError:
-        raise DataError(f"{path}: image not found; fix the list file or restore the image") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-        raise DataError(f"{path}: unreadable image ({err}); re-export or remove it") from None
+        array = _to_rgb_uint8(img)
     if target is not None:
         out_w, out_h = target_size(width, height, target)
         array = _resize(array, out_w, out_h)
@@ -136,38 +234,48 @@ def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarra
 
 
 def probe_image(path: str | Path) -> tuple[int, int, str]:
-    """Cheap validity check without a full decode: ``(height, width, format)`` after EXIF.
+    """The scan's check, without decoding pixels: ``(height, width, format)`` after EXIF.
 
-    Detects zero-byte, non-image and truncated JPEG/PNG files (JPEG must end with the EOI marker,
-    PNG must verify through IEND).
+    Refuses what :func:`decode_image` refuses before it decodes: a missing, zero-byte or non-image file,
+    a picture over :func:`pixel_limit`, a JPEG or PNG that fails the structure checks of
+    :mod:`turboyolo.formats.images` (truncated, bad CRC, garbage in the image data).
 
     Raises:
         DataError: naming the file and the reason.
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as err:
-        raise DataError(f"{path}: image not found ({err.strerror})") from None
-    if size == 0:
-        raise DataError(f"{path}: zero-byte image file")
-    try:
-        with Image.open(path) as img:
-            fmt = img.format or "?"
-            width, height = img.size
-            if fmt == "PNG":
-                img.verify()  # chunk CRCs through IEND; must come first, and leaves img unusable
-        with Image.open(path) as img:
-            orientation = _orientation(img)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, RuntimeError) as err:
-        raise DataError(f"{path}: not a readable image ({err})") from None
-    if fmt in _JPEG_FORMATS:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, size - 64))
-            tail = handle.read().rstrip(b"\x00\r\n ")
-        if not tail.endswith(b"\xff\xd9"):
-            raise DataError(f"{path}: truncated JPEG (no end-of-image marker)")
-    if width <= 0 or height <= 0:
-        raise DataError(f"{path}: image has zero size")
+    data, kind = _read(path)
+    late_exif = _check(path, data, kind)
+    with _opened(path, data) as img:
+        fmt = img.format or "?"
+        width, height = img.size
+        # Pillow's PNG getexif() decodes the whole image when no eXIf chunk came before the pixels;
+        # the chunk walk already knows whether there is one at all.
+        has_exif = fmt != "PNG" or "exif" in img.info or late_exif
+        orientation = _orientation(img) if has_exif else 1
     w, h = oriented_size(width, height, orientation)
     return h, w, fmt
+
+
+def save_image(path: str | Path, bgr: np.ndarray, quality: int = 95) -> Path:
+    """Write a BGR uint8 image (format from the suffix: .jpg, .png, ...); the one way the package writes
+    images. ``cv2.imwrite`` takes the path as UTF-8 text and crashes the process (signal 11) on a name
+    that is not valid UTF-8; encoding in memory and writing the bytes takes any name the OS does.
+
+    Raises:
+        DataError: the image cannot be encoded in that format, or the file cannot be written.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower() or ".png"
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality] if suffix in (".jpg", ".jpeg") else []
+    try:
+        ok, encoded = cv2.imencode(suffix, bgr, params) if suffix.isascii() else (False, None)
+    except cv2.error:
+        ok = False
+    if not ok:
+        raise DataError(f"{path}: cannot encode an image as {suffix!r}; use .jpg or .png")
+    try:
+        path.write_bytes(encoded.tobytes())
+    except OSError as err:
+        raise DataError(f"{path}: cannot write the image ({err.strerror or err}); check the folder") from None
+    return path

@@ -155,8 +155,7 @@ class DeviceAugmentLoader(DetectionLoader):
         dataset.pin = self.pin_memory and workers == 0
         dataset.ring = prefetch_factor + 2
         self._loader = self._make(batch_sampler, workers)
-        self.replaced: list[tuple[str, str]] = []
-        self.epoch_replaced: list[tuple[str, str]] = []
+        self._reset_reports()
 
     def _make(self, sampler, workers: int) -> torch.utils.data.DataLoader:
         kwargs = {}

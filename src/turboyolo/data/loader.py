@@ -6,6 +6,11 @@ back to the original: ``orig = (net - pad) / ratio`` (exact for validation; with
 ``ImageMeta.matrix``). uint8 crosses the process boundary and the bus; :func:`move_to_device`
 normalises on the device.
 
+A sample that fails to load after the scan (the file changed or broke) is replaced by another one in a
+training loader, so batches keep their size; an evaluation loader (``drop_broken``) leaves it out, so
+each image is evaluated once or not at all. Both are counted and named: ``DetectionLoader.replaced``,
+``DetectionLoader.dropped`` and their ``*_summary()`` lines.
+
 Determinism: the batch sampler (main process) decides which sample indices, epoch and output size
 every batch has, and whether mosaic and mixup are on (``--close-mosaic`` turns them off for the last
 epochs: the sampler's key carries it, so persistent workers need no message); each sample's
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +43,7 @@ from turboyolo.data.augment import (
 )
 from turboyolo.data.decode import decode_image
 from turboyolo.data.scan import Sample
-from turboyolo.errors import DataError
+from turboyolo.errors import DataError, printable
 
 MAX_REPLACEMENTS = 16  # tries before a batch slot gives up (only with an almost entirely broken data set)
 SIZE_STEP = 32  # multiscale sizes are multiples of the network stride
@@ -77,18 +83,20 @@ class MetaBatch(Sequence):
     """
 
     def __init__(self, paths: list[str], orig_hw: np.ndarray, ratio: np.ndarray, pad: np.ndarray,
-                 matrix: np.ndarray, failures: dict[int, tuple[tuple[str, str], ...]]):
+                 matrix: np.ndarray, failures: dict[int, tuple[tuple[str, str], ...]],
+                 dropped: tuple[tuple[str, str], ...] = ()):
         self.paths, self.orig_hw, self.ratio, self.pad = paths, orig_hw, ratio, pad
         self.matrix, self.failures = matrix, failures
+        self.dropped = dropped  # (path, reason) of samples left out of this batch (evaluation loaders)
 
     @classmethod
-    def from_metas(cls, metas: Sequence[ImageMeta]) -> MetaBatch:
+    def from_metas(cls, metas: Sequence[ImageMeta], dropped: tuple[tuple[str, str], ...] = ()) -> MetaBatch:
         return cls([str(m.path) for m in metas],
                    np.array([m.orig_hw for m in metas], np.int64).reshape(-1, 2),
                    np.array([m.ratio for m in metas], np.float64),
                    np.array([m.pad for m in metas], np.float64).reshape(-1, 2),
                    np.array([m.matrix for m in metas], np.float64).reshape(-1, 2, 3),
-                   {i: m.failures for i, m in enumerate(metas) if m.failures})
+                   {i: m.failures for i, m in enumerate(metas) if m.failures}, dropped)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -110,7 +118,17 @@ class MetaBatch(Sequence):
         return self
 
     def __reduce__(self):
-        return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.failures))
+        return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.failures,
+                            self.dropped))
+
+
+@dataclass(frozen=True)
+class DroppedSample:
+    """What an evaluation dataset returns for a sample that failed to load: :func:`collate` leaves it
+    out of the batch and lists it in ``MetaBatch.dropped``."""
+
+    path: str
+    reason: str
 
 
 class DetectionDataset(torch.utils.data.Dataset):
@@ -119,17 +137,19 @@ class DetectionDataset(torch.utils.data.Dataset):
     ``size`` is the square side, or (width, height) for a rectangular validation batch; ``mix``
     (default True) allows mosaic and mixup for this sample.
 
-    Never returns None: a sample that fails to load is replaced by another one chosen from
-    (seed, epoch, index, attempt), and the slot's meta records the failure.
+    Never returns None. A sample that fails to load is replaced by another one chosen from
+    (seed, epoch, index, attempt), and the slot's meta records the failure; with ``drop_broken`` (an
+    evaluation set, where a substitute would be counted twice) it becomes a :class:`DroppedSample`.
     """
 
     def __init__(self, samples: Sequence[Sample], augment: AugmentParams | None, decode_size: int,
-                 seed: int = 0, cache=None):
+                 seed: int = 0, cache=None, drop_broken: bool = False):
         self.samples = list(samples)
         self.augment = augment
         self.decode_size = decode_size
         self.seed = seed
         self.cache = cache
+        self.drop_broken = drop_broken
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -159,23 +179,35 @@ class DetectionDataset(torch.utils.data.Dataset):
         index, epoch, size, *rest = key
         mix = rest[0] if rest else True
         failures: list[tuple[str, str]] = []
-        out, boxes, matrix, chosen, orig_hw = self._compose(index, epoch, size, mix, failures)
+        if self.drop_broken:
+            try:
+                image, orig_hw = self.load(index)
+            except (DataError, OSError, ValueError, cv2.error) as err:
+                return DroppedSample(str(self.samples[index].image), _reason(err, self.samples[index].image))
+            loaded = (image, orig_hw, index)
+        else:
+            loaded = self._load_robust(index, epoch, failures)
+        out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures)
         params = self.augment
         if mix and params is not None and params.mixup > 0:
             draw = mixup_rng(self.seed, epoch, index)
             if draw.random() < params.mixup:
                 partner, ratio = int(draw.integers(len(self.samples))), float(draw.beta(32.0, 32.0))
-                other = self._compose(partner, epoch, size, mix, failures, stream=1)
+                partner_loaded = self._load_robust(partner, epoch, failures)
+                other = self._compose(partner_loaded, partner, epoch, size, mix, failures, stream=1)
                 out, boxes = mixup((out, boxes), (other[0], other[1]), ratio)
+        _, orig_hw, chosen = loaded
         _, ratio, pad = letterbox_matrix(orig_hw, size)
         meta = ImageMeta(self.samples[chosen].image, orig_hw, ratio, pad, matrix, tuple(failures))
         return out, boxes, meta
 
-    def _compose(self, index: int, epoch: int, size, mix: bool, failures: list[tuple[str, str]],
-                 stream: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, tuple[int, int]]:
-        """Sample ``index`` as the network sees it (a mosaic when drawn so); ``stream`` > 0 draws anew
-        (a mixup partner is not the copy of its own sample in this epoch)."""
-        image, orig_hw, chosen = self._load_robust(index, epoch, failures)
+    def _compose(self, loaded: tuple[np.ndarray, tuple[int, int], int], index: int, epoch: int, size,
+                 mix: bool, failures: list[tuple[str, str]], stream: int = 0
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample ``index`` (``loaded``: its image, original size and the sample actually read) as the
+        network sees it, a mosaic when drawn so; ``stream`` > 0 draws anew (a mixup partner is not the
+        copy of its own sample in this epoch)."""
+        image, orig_hw, chosen = loaded
         labels = self.samples[chosen].labels
         params = self.augment
         use_mosaic = mix and params is not None and params.mosaic > 0
@@ -189,17 +221,31 @@ class DetectionDataset(torch.utils.data.Dataset):
             out, boxes, matrix = mosaic_sample(parts, size, params, rng)
         else:
             out, boxes, matrix = augment_sample(image, labels, orig_hw, size, params, rng)
-        return out, boxes, matrix, chosen, orig_hw
+        return out, boxes, matrix
 
 
 def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
-    """Stack into uint8 [B, 3, S, S], float32 [N, 6] (batch index, cls, cx, cy, w, h) and the metas."""
+    """Stack into uint8 [B, 3, S, S], float32 [N, 6] (batch index, cls, cx, cy, w, h) and the metas.
+
+    :class:`DroppedSample` items are left out (B counts the others; 0 when all were dropped) and listed
+    in ``metas.dropped``.
+    """
+    dropped = tuple((item.path, item.reason) for item in items if isinstance(item, DroppedSample))
+    items = [item for item in items if not isinstance(item, DroppedSample)]
+    if not items:
+        return (torch.zeros((0, 3, 0, 0), dtype=torch.uint8), torch.zeros((0, 6)),
+                MetaBatch.from_metas([], dropped))
     images = np.stack([item[0] for item in items])
     images_t = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
     rows = [np.concatenate([np.full((len(b), 1), i, np.float32), b], axis=1)
             for i, (_, b, _) in enumerate(items)]
     targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
-    return images_t, targets, MetaBatch.from_metas([item[2] for item in items])
+    return images_t, targets, MetaBatch.from_metas([item[2] for item in items], dropped)
+
+
+def _reason(err: Exception, path) -> str:
+    """The error's text without the file name it starts with (the report names the file already)."""
+    return str(err).removeprefix(f"{path}: ")
 
 
 class MultiScaleBatchSampler(torch.utils.data.Sampler):
@@ -326,10 +372,15 @@ def _worker_init(_: int) -> None:
     # One thread per worker: parallelism comes from the workers, not from nested thread pools.
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
+    # Ctrl-C reaches the whole process group: the main process decides (training saves its exact
+    # position first); a worker that died of it would fail the batch being loaded.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DetectionLoader:
-    """Iterable over batches with ``set_epoch`` and a count of replaced (broken) samples."""
+    """Iterable over batches with ``set_epoch`` and the broken samples: ``replaced`` (training) and
+    ``dropped`` (evaluation), each (path, reason), all epochs; ``epoch_*`` for the current one. A batch
+    whose samples were all dropped is not yielded."""
 
     def __init__(self, dataset: DetectionDataset, batch_sampler: MultiScaleBatchSampler, workers: int,
                  prefetch_factor: int = 4, pin_memory: bool | None = None):
@@ -343,8 +394,13 @@ class DetectionLoader:
                 kwargs["multiprocessing_context"] = "fork"
         self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
                                                    collate_fn=collate, pin_memory=self.pin_memory, **kwargs)
+        self._reset_reports()
+
+    def _reset_reports(self) -> None:
         self.replaced: list[tuple[str, str]] = []  # (path, reason) of every replacement, all epochs
         self.epoch_replaced: list[tuple[str, str]] = []  # the current/last epoch only
+        self.dropped: list[tuple[str, str]] = []  # (path, reason) of every sample left out, all epochs
+        self.epoch_dropped: list[tuple[str, str]] = []
 
     @property
     def replaced_count(self) -> int:
@@ -371,25 +427,38 @@ class DetectionLoader:
 
     def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         # a one-off loader: at most one non-persistent worker for the rest of one epoch
-        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler, num_workers=min(self.workers, 1),
-                                           collate_fn=collate, pin_memory=self.pin_memory,
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler,
+                                           num_workers=min(self.workers, 1), collate_fn=collate,
+                                           pin_memory=self.pin_memory,
                                            worker_init_fn=_worker_init if self.workers else None)
 
     def _tracked(self, batches):
-        self.epoch_replaced = []
+        self.epoch_replaced, self.epoch_dropped = [], []
         for images, targets, metas in batches:
             for _, failures in sorted(metas.failures.items()):
                 self.epoch_replaced.extend(failures)
                 self.replaced.extend(failures)
-            yield images, targets, metas
+            dropped = getattr(metas, "dropped", ())
+            self.epoch_dropped.extend(dropped)
+            self.dropped.extend(dropped)
+            if len(metas):
+                yield images, targets, metas
+
+    def dropped_summary(self) -> str | None:
+        """One line after an evaluation, or None when no sample was left out."""
+        if not self.epoch_dropped:
+            return None
+        return (f"{len(self.epoch_dropped)} image(s) failed to load and were left out of this evaluation: "
+                + "; ".join(f"{printable(p)}: {printable(r)}" for p, r in self.epoch_dropped)[:2000])
 
     def replaced_summary(self) -> str | None:
         """One line for the end of an epoch, or None when nothing was replaced."""
         if not self.epoch_replaced:
             return None
         files = sorted({p for p, _ in self.epoch_replaced})
+        named = "; ".join(f"{printable(p)}: {printable(r)}" for p, r in dict(self.epoch_replaced).items())
         return (f"{len(self.epoch_replaced)} sample(s) failed to load and were replaced this epoch: "
-                + "; ".join(f"{p}: {r}" for p, r in dict(self.epoch_replaced).items())[:2000]
+                + named[:2000]
                 + ("" if len(files) < 2 else f" ({len(files)} files)"))
 
 

@@ -29,8 +29,8 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
                  workers: int | None = None, shuffle: bool, seed: int = 0,
                  multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
                  drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None,
-                 augment_on: str = "cpu", image_weights: Sequence[float] | None = None,
-                 rect: bool = False) -> DetectionLoader:
+                 augment_on: str = "cpu", drop_broken: bool | None = None,
+                 image_weights: Sequence[float] | None = None, rect: bool = False) -> DetectionLoader:
     """Build the training (``augment`` given) or validation (``augment=None``) loader.
 
     Args:
@@ -48,6 +48,9 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
         augment_on: ``"cpu"`` (images arrive augmented) or ``"device"``: batches carry uint8 canvases
             and the per-image warp/colour numbers; :func:`move_to_device` augments on the device
             (:mod:`turboyolo.data.device_loader`).
+        drop_broken: a sample that fails to load is left out (and listed in ``loader.dropped``) instead
+            of replaced by another one; what evaluation needs, so no image is counted twice. Default
+            (None): drop in an evaluation loader (``augment=None`` and not ``shuffle``), else replace.
         image_weights: per sample, its relative chance to be drawn (shuffled training: each epoch draws
             ``len(samples)`` samples with replacement); None = every sample once per epoch.
         rect: validation only: batches of similar aspect ratio letterboxed to a rectangle
@@ -87,5 +90,7 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
         check_device_augment(augment)
         dataset = DeviceAugmentDataset(samples, augment, decode_size, seed, cache)
         return DeviceAugmentLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
-    dataset = DetectionDataset(samples, augment, decode_size, seed, cache)
+    if drop_broken is None:
+        drop_broken = augment is None and not shuffle
+    dataset = DetectionDataset(samples, augment, decode_size, seed, cache, drop_broken=drop_broken)
     return DetectionLoader(dataset, sampler, workers, prefetch_factor, pin_memory)

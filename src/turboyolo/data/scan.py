@@ -6,18 +6,26 @@ Rules (each excluded or fixed file is listed with its reason in the report):
   image excluded;
 - box corners up to 0.01 outside [0, 1]: clipped (fixed); further out: excluded;
 - duplicate boxes: removed (fixed);
-- unreadable, truncated or zero-byte image: excluded. EXIF orientation is applied to sizes.
-- a label file that Darknet's or PyTorch-YOLOv3's path rule would pick differently: warning.
+- unreadable, truncated, damaged (bad PNG CRC, garbage in a JPEG's image data), zero-byte or too large
+  (a decompression bomb) image: excluded (the checks of :func:`turboyolo.data.decode.probe_image`, the
+  same ones every decode runs). EXIF orientation is applied to sizes.
+- a label file that Darknet's or PyTorch-YOLOv3's path rule would pick differently: warning;
+- a folder link not followed again (a link loop) or an unreadable folder: warning.
 
-The cache (``$TURBOYOLO_CACHE/scans``) is keyed per file by path, size and mtime, so an unchanged data
-set scans instantly and a changed file is re-checked alone.
+The cache (``$TURBOYOLO_CACHE/scans/*.json``) is keyed per file by path, size and mtime, so an unchanged
+data set scans instantly and a changed file is re-checked alone. It is plain JSON (labels as base64
+float32), never pickle: a planted cache file can at worst make the scan re-check files, never run code.
+
+:func:`write_scan_report` writes every split's report into a run directory (``scan_report.txt``).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
-import pickle
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +34,13 @@ import numpy as np
 
 from turboyolo.data.autolabels import count_model_made
 from turboyolo.data.decode import probe_image
-from turboyolo.errors import DataError
+from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import label_path_disagreement, label_path_for, list_images, load_data_config
 from turboyolo.formats.labels import parse_yolo_labels
 
-SCAN_VERSION = 1
+SCAN_VERSION = 2  # 2: JSON cache (1 was pickle, never read again)
+CACHE_FORMAT = "turboyolo-scan-cache"
+REPORT_NAME = "scan_report.txt"
 
 
 @dataclass
@@ -90,34 +100,72 @@ class ScanResult:
         return line
 
     def report_text(self) -> str:
-        lines = [self.summary(), f"source: {self.source}", ""]
+        """Every excluded, fixed and warned file with its reason (file names that are not UTF-8 with
+        ``\\xNN`` escapes, :func:`turboyolo.errors.printable`)."""
+        lines = [self.summary(), f"source: {printable(self.source)}", ""]
         lines.append(f"excluded ({len(self.excluded)}):")
-        lines += [f"  {path}: {reason}" for path, reason in self.excluded]
+        lines += [f"  {printable(path)}: {printable(reason)}" for path, reason in self.excluded]
         lines.append(f"fixed ({len(self.fixed)}):")
-        lines += [f"  {path}: {reason}" for path, reason in self.fixed]
+        lines += [f"  {printable(path)}: {printable(reason)}" for path, reason in self.fixed]
         lines.append(f"warnings ({len(self.warnings)}):")
-        lines += [f"  {w}" for w in self.warnings]
+        lines += [f"  {printable(w)}" for w in self.warnings]
         return "\n".join(lines) + "\n"
+
+    def console_text(self, limit: int = 10, report: str | Path | None = None) -> str:
+        """The summary line, then the first ``limit`` excluded files with their reasons and warnings
+        (and where the rest are: ``report``), for the console."""
+        lines = [self.summary()]
+        shown = [f"  excluded {printable(path)}: {printable(reason)}" for path, reason in self.excluded]
+        shown += [f"  warning: {printable(w)}" for w in self.warnings]
+        lines += shown[:limit]
+        if len(shown) > limit:
+            where = f" in {printable(report)}" if report else " in the scan report"
+            lines.append(f"  ... and {len(shown) - limit} more{where}")
+        return "\n".join(lines)
 
     def write_report(self, path: str | Path) -> Path:
         """Write the full report (every excluded/fixed file with its reason) and return its path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.report_text(), encoding="utf-8")
+        path.write_text(self.report_text(), encoding="utf-8", errors="backslashreplace")
         return path
 
 
-def _stat_key(path: Path) -> tuple[int, int] | None:
+def write_scan_report(run_dir: str | Path, scans: Sequence[ScanResult],
+                      load_failures: Iterable[tuple[str, str]] = ()) -> Path:
+    """Write ``<run_dir>/scan_report.txt``: each scan's full report, then the images that failed to
+    load after the scan (``load_failures``: (path, reason), e.g. a loader's ``replaced`` and ``dropped``
+    lists; each file once). Call it again to rewrite it with more failures. Returns its path.
+    """
+    path = Path(run_dir) / REPORT_NAME
+    parts = [scan.report_text() for scan in scans]
+    failures = dict(load_failures)  # one line per file (the first reason), in order
+    lines = [f"failed to load after the scan ({len(failures)}):"]
+    lines += [f"  {printable(file)}: {printable(reason)}" for file, reason in failures.items()]
+    parts.append("\n".join(lines) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(parts), encoding="utf-8", errors="backslashreplace")
+    os.replace(tmp, path)
+    return path
+
+
+def _stat_key(path: Path) -> list[int] | None:
     try:
         st = path.stat()
     except OSError:
         return None
-    return st.st_size, st.st_mtime_ns
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _entry_key(image: Path, label: Path, num_classes: int | None) -> list:
+    """What a cached entry must match to be reused (JSON values, so it compares equal after a load)."""
+    return [str(image), _stat_key(image), str(label), _stat_key(label), num_classes]
 
 
 @dataclass
 class _Entry:
-    key: tuple
+    key: list
     status: str  # "ok" or "excluded"
     reason: str = ""
     labels: np.ndarray | None = None
@@ -128,7 +176,7 @@ class _Entry:
 
 def _check_one(image: Path, num_classes: int | None) -> _Entry:
     label = label_path_for(image)
-    key = (str(image), _stat_key(image), str(label), _stat_key(label), num_classes)
+    key = _entry_key(image, label, num_classes)
     try:
         h, w, _ = probe_image(image)
     except DataError as err:
@@ -150,42 +198,85 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
 def _cache_file(data_path: Path, split: str) -> Path:
     from turboyolo.assets import cache_dir
 
-    digest = hashlib.sha1(f"{data_path.resolve()}|{split}|{SCAN_VERSION}".encode()).hexdigest()[:16]
-    return cache_dir() / "scans" / f"{data_path.stem}-{split}-{digest}.pkl"
+    digest = hashlib.sha1(f"{data_path.resolve()}|{split}|{SCAN_VERSION}".encode(errors="surrogateescape")
+                          ).hexdigest()[:16]
+    return cache_dir() / "scans" / f"{data_path.stem}-{split}-{digest}.json"
+
+
+def _entry_to_json(entry: _Entry) -> dict:
+    labels = None
+    if entry.labels is not None:
+        labels = base64.b64encode(np.ascontiguousarray(entry.labels, "<f4").tobytes()).decode("ascii")
+    return {"key": entry.key, "status": entry.status, "reason": entry.reason, "labels": labels,
+            "hw": list(entry.hw) if entry.hw is not None else None, "fixes": entry.fixes,
+            "warning": entry.warning}
+
+
+def _entry_from_json(item: dict) -> _Entry:
+    """Rebuild one entry; any field of the wrong type raises (the entry is then re-checked)."""
+    labels = item["labels"]
+    if labels is not None:
+        raw = base64.b64decode(labels, validate=True)
+        labels = np.frombuffer(raw, "<f4").astype(np.float32).reshape(-1, 5)
+    hw = item["hw"]
+    if hw is not None:
+        hw = (int(hw[0]), int(hw[1]))
+    status = item["status"]
+    if status not in ("ok", "excluded") or (status == "ok" and (labels is None or hw is None)):
+        raise ValueError("inconsistent entry")
+    fixes, warning = item["fixes"], item["warning"]
+    if not isinstance(fixes, list) or not all(isinstance(f, str) for f in fixes):
+        raise ValueError("fixes")
+    if warning is not None and not isinstance(warning, str):
+        raise ValueError("warning")
+    return _Entry(list(item["key"]), status, str(item["reason"]), labels, hw, fixes, warning)
 
 
 def _load_cache(path: Path) -> dict[str, _Entry]:
+    """The cached entries by image path; {} for a missing, foreign or broken file (only a slower scan).
+
+    JSON only: whatever the file holds, reading it runs no code."""
     try:
-        with open(path, "rb") as handle:
-            data = pickle.load(handle)
-        return data if isinstance(data, dict) else {}
-    except Exception:  # a broken cache is only a slower scan
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+        return {}
+    if data.get("version") != SCAN_VERSION:
+        return {}
+    stored = data.get("entries")
+    entries: dict[str, _Entry] = {}
+    for image, item in (stored.items() if isinstance(stored, dict) else ()):
+        try:
+            entries[image] = _entry_from_json(item)
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue  # re-checked
+    return entries
 
 
 def _save_cache(path: Path, entries: dict[str, _Entry]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as handle:
-            pickle.dump(entries, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        document = {"format": CACHE_FORMAT, "version": SCAN_VERSION,
+                    "entries": {image: _entry_to_json(entry) for image, entry in entries.items()}}
+        tmp.write_text(json.dumps(document), encoding="utf-8")  # ASCII: odd file names are \u escapes
         os.replace(tmp, path)
     except OSError:
         pass  # read-only cache location: scanning still works, just not cached
 
 
 def scan_images(images: list[Path], names: list[str] | None, *, workers: int | None = None,
-                cache_path: Path | None = None, split: str = "", source: str = "") -> ScanResult:
-    """Scan an explicit list of images (see :func:`scan_dataset`)."""
+                cache_path: Path | None = None, split: str = "", source: str = "",
+                notes: Sequence[str] = ()) -> ScanResult:
+    """Scan an explicit list of images (see :func:`scan_dataset`); ``notes`` become warnings."""
     num_classes = len(names) if names is not None else None
     cached = _load_cache(cache_path) if cache_path else {}
     entries: dict[str, _Entry] = {}
     todo = []
     for image in images:
         old = cached.get(str(image))
-        label = label_path_for(image)
-        if old is not None and old.key == (str(image), _stat_key(image), str(label), _stat_key(label),
-                                           num_classes):
+        if old is not None and old.key == _entry_key(image, label_path_for(image), num_classes):
             entries[str(image)] = old
         else:
             todo.append(image)
@@ -198,7 +289,7 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
         if cache_path:
             _save_cache(cache_path, entries)
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
-                        source=source)
+                        source=source, warnings=list(notes))
     seen: set[str] = set()
     for image in images:
         if str(image) in seen:
@@ -243,13 +334,14 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     config = load_data_config(data_path)
     names = names if names is not None else config.names
     images: list[Path] = []
+    notes: list[str] = []
     for source in config.split(split):
-        images += list_images(source)
+        images += list_images(source, notes)
     if not images:
         raise DataError(f"{data_path}: the {split} split lists no images; check its {split} entry")
     cache_path = _cache_file(data_path, split) if use_cache else None
     result = scan_images(images, names, workers=workers, cache_path=cache_path, split=split,
-                         source=str(data_path))
+                         source=str(data_path), notes=notes)
     if report_path is not None:
         result.write_report(report_path)
     return result

@@ -26,7 +26,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from turboyolo.errors import AssetError
+from turboyolo.data.decode import save_image
+from turboyolo.errors import AssetError, DataError
 from turboyolo.formats.labels import read_voc_xml, write_names, write_yolo_labels
 
 TILE = 416
@@ -105,8 +106,10 @@ def _build(archive: Path, out: Path) -> None:
                     name = f"{source.stem}_r{row}_c{col}"
                     image_path = out / "images" / split / f"{name}.png"
                     image_path.parent.mkdir(parents=True, exist_ok=True)
-                    if not cv2.imwrite(str(image_path), tile):
-                        raise AssetError(f"{image_path}: could not write the tile; check free disk space")
+                    try:
+                        save_image(image_path, tile)  # not cv2.imwrite: --dest may be any bytes
+                    except DataError as err:
+                        raise AssetError(f"{err}; check free disk space") from None
                     write_yolo_labels(out / "labels" / split / f"{name}.txt",
                                       _tile_boxes(annotation.boxes, x0, y0))
                     splits[split].append(f"images/{split}/{name}.png")

@@ -51,6 +51,23 @@ def read_weights(path: str | Path) -> tuple[WeightsHeader, np.ndarray]:
     return WeightsHeader(major, minor, revision, seen), np.frombuffer(body, np.float32)
 
 
+def weights_body_floats(path: str | Path) -> tuple[int, int]:
+    """(whole float32 values after the header, bytes left over) from the file size and its header
+    alone, without reading the body: what a size check against a cfg needs."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(12)
+    except OSError as err:
+        raise WeightsError(f"{path}: cannot read weights ({err.strerror or err})") from err
+    if len(head) < 12 or size < 16:
+        raise WeightsError(f"{path}: {size} bytes is too short for a Darknet .weights header")
+    header = WeightsHeader(*(int(v) for v in np.frombuffer(head, np.int32, 3)))
+    body = size - 12 - (8 if header.seen_is_64bit else 4)
+    return max(body, 0) // 4, max(body, 0) % 4
+
+
 def write_weights(path: str | Path, header: WeightsHeader, flat: np.ndarray) -> Path:
     """Write atomically (temporary file + rename)."""
     path = Path(path)

@@ -8,8 +8,11 @@ substring of the path and PyTorch-YOLOv3 the *last* ``images`` substring of the 
 
 from __future__ import annotations
 
+import glob
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from turboyolo.errors import ConfigError, DataError
@@ -69,7 +72,7 @@ def read_names(path: str | Path) -> list[str]:
     """Class names from a ``.names`` file (one per line, blank lines ignored)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the names file ({err.strerror}); check the path") from None
     names = [line.strip() for line in lines if line.strip()]
@@ -80,7 +83,8 @@ def read_names(path: str | Path) -> list[str]:
 
 def _parse_darknet_data(path: Path) -> DataConfig:
     values: dict[str, str] = {}
-    for line_no, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for line_no, raw in enumerate(path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(),
+                                  start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -115,6 +119,9 @@ def _parse_yaml(path: Path) -> DataConfig:
 
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8"
+                          ) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({err}); fix the file") from None
     if not isinstance(doc, dict):
@@ -179,26 +186,118 @@ def load_data_config(path: str | Path) -> DataConfig:
     raise ConfigError(f"{path}: unknown data description; use a Darknet .data, a data.yaml or a folder")
 
 
-def list_images(source: str | Path) -> list[Path]:
+def walk_files(root: str | Path, notes: list[str] | None = None) -> Iterator[Path]:
+    """Every file under ``root``, following folder links but entering each real folder once.
+
+    ``Path.rglob`` and ``glob('**')`` follow a link back to a parent folder forever; here a folder
+    already entered (same device and inode) is not entered again, so a tree with link loops ends, and a
+    folder reachable through two links is listed once (through the first path in sorted order).
+
+    Args:
+        root: the folder to walk.
+        notes: when given, receives one line per folder link not followed again and per unreadable
+            folder (what the scan reports as warnings).
+    """
+    seen: set[tuple[int, int]] = set()
+    stack = [Path(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            info = folder.stat()
+        except OSError as err:
+            if notes is not None:
+                notes.append(f"{folder}: folder unreadable ({err.strerror or err}); its images are not "
+                             "listed")
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            if notes is not None:
+                notes.append(f"{folder}: links to a folder already listed; not followed again")
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        try:
+            with os.scandir(folder) as entries:
+                items = sorted(entries, key=lambda e: e.name)
+        except OSError as err:
+            if notes is not None:
+                notes.append(f"{folder}: folder unreadable ({err.strerror or err}); its images are not "
+                             "listed")
+            continue
+        subfolders = []
+        for entry in items:
+            try:
+                is_dir = entry.is_dir()  # follows links; a broken link is not a folder
+            except OSError:
+                is_dir = False
+            if is_dir:
+                subfolders.append(Path(entry.path))
+            else:
+                yield Path(entry.path)
+        stack.extend(reversed(subfolders))  # depth first, in sorted order
+
+
+def glob_files(pattern: str, notes: list[str] | None = None) -> list[Path]:
+    """Files matching a glob (``*``, ``?``, ``[...]``; ``**`` = any number of folders), sorted.
+
+    Unlike ``glob.glob(recursive=True)``, ``**`` follows each real folder once (:func:`walk_files`), so
+    it ends on a tree with folder-link loops. As in ``glob``, names starting with a dot match only a
+    pattern part that starts with a dot, and ``**`` does not enter hidden folders.
+    """
+    parts = Path(pattern).parts
+    if "**" not in parts:
+        return sorted(Path(p) for p in glob.glob(pattern) if os.path.isfile(p))
+    magic = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
+    base = Path(*parts[:magic]) if magic else Path(".")
+    wanted = parts[magic:]
+    out = []
+    for path in walk_files(base, notes):
+        rel = path.relative_to(base).parts
+        if _glob_match(rel, wanted):
+            out.append(base / Path(*rel) if magic else Path(*rel))
+    return sorted(out)
+
+
+def _glob_match(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        for skip in range(len(parts) + 1):
+            if _glob_match(parts[skip:], rest):
+                return True
+            if skip < len(parts) and parts[skip].startswith("."):
+                return False  # ** does not enter hidden folders
+        return False
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatchcase(parts[0], head) and _glob_match(parts[1:], rest)
+
+
+def list_images(source: str | Path, notes: list[str] | None = None) -> list[Path]:
     """Images of one source: a folder (recursive, sorted), a list file, or a single image.
 
-    List-file lines are resolved against the list file's folder, then the working directory; lines
-    that are blank or start with ``#`` are skipped. Missing images are kept in the list (the scan
-    reports them).
+    A folder is walked with :func:`walk_files` (link loops end; ``notes`` receives what was not
+    followed). List-file lines are resolved against the list file's folder, then the working
+    directory; lines that are blank or start with ``#`` are skipped. A list file is read as UTF-8 with
+    ``surrogateescape``: a line naming a file whose name is not valid UTF-8 (a Latin-1 byte) still
+    names that file. Missing images are kept in the list (the scan reports them).
 
     Raises:
         DataError: the source does not exist.
     """
     source = Path(source)
     if source.is_dir():
-        return sorted(p for p in source.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        return sorted(p for p in walk_files(source, notes) if p.suffix.lower() in IMAGE_SUFFIXES)
     if not source.is_file():
         raise DataError(f"{source}: image folder or list file not found; check the data file's paths")
     if source.suffix.lower() in IMAGE_SUFFIXES:
         return [source]
     base = source.parent
     out = []
-    for raw in source.read_text(encoding="utf-8", errors="replace").splitlines():
+    try:
+        text = source.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as err:
+        raise DataError(f"{source}: cannot read the list file ({err.strerror or err}); check it") from None
+    for raw in text.splitlines():
         line = raw.strip()
         if line and not line.startswith("#"):
             out.append(resolve(line, base))

@@ -3,7 +3,8 @@
 Readers here parse and check one file; the data-set level policy (what is excluded, fixed or
 counted) lives in :mod:`turboyolo.data.scan`, which uses :func:`parse_yolo_labels` for its reasons.
 Importers: Pascal VOC XML (:func:`read_voc_xml`, :func:`convert_voc`) and COCO JSON
-(:func:`convert_coco`), both writing one ``.txt`` per image plus a names file.
+(:func:`convert_coco`), both writing one ``.txt`` per image plus a names file; :func:`convert_labels`
+picks one for a path (``turboyolo convert``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,6 +152,17 @@ def format_yolo_rows(rows: np.ndarray | Sequence[Sequence[float]], with_conf: bo
             line += f" {row[5]:.6f}"
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def boxes_to_yolo_rows(boxes_xyxy, classes, width: float, height: float, scores=None) -> np.ndarray:
+    """Pixel boxes -> YOLO rows ``[n, 5]`` (cls, cx, cy, w, h relative), ``[n, 6]`` with ``scores``."""
+    boxes = np.asarray(boxes_xyxy, np.float64).reshape(-1, 4)
+    columns = [np.asarray(classes, np.float64).reshape(-1),
+               (boxes[:, 0] + boxes[:, 2]) / 2 / width, (boxes[:, 1] + boxes[:, 3]) / 2 / height,
+               (boxes[:, 2] - boxes[:, 0]) / width, (boxes[:, 3] - boxes[:, 1]) / height]
+    if scores is not None:
+        columns.append(np.asarray(scores, np.float64).reshape(-1))
+    return np.column_stack(columns).reshape(-1, len(columns))
 
 
 def write_yolo_labels(path: str | Path, rows: np.ndarray | Sequence[Sequence[float]],
@@ -321,6 +333,40 @@ def convert_coco(json_path: str | Path, out_dir: str | Path) -> ConvertReport:
         report.boxes += len(rows)
     write_names(out_dir / "classes.names", report.names)
     return report
+
+
+CONVERT_FORMATS = ("auto", "voc", "coco")
+
+
+def convert_labels(source: str | Path, out_dir: str | Path, *, format: str = "auto",
+                   names_file: str | Path | None = None,
+                   mapping: Mapping[str, str] | None = None) -> ConvertReport:
+    """``turboyolo convert``: COCO JSON or Pascal VOC XML labels -> YOLO ``.txt`` files in ``out_dir``.
+
+    Args:
+        source: a COCO ``.json`` file, a VOC ``.xml`` file, or a folder of VOC ``.xml`` files.
+        format: ``coco``, ``voc`` or ``auto`` (``.json`` = COCO, anything else VOC).
+        names_file: VOC only: a ``.names`` file fixing the class list (other classes are skipped).
+        mapping: VOC only: class renames applied before the look-up (e.g. ``{"Alive": "tree"}``).
+    Raises:
+        DataError: ``source`` is missing, a folder without ``.xml`` files, or not a COCO JSON.
+    """
+    from turboyolo.formats.datasets import read_names
+
+    source = Path(source)
+    if format not in CONVERT_FORMATS:
+        raise DataError(f"--format {format!r}: use one of {', '.join(CONVERT_FORMATS)}")
+    if not source.exists():
+        raise DataError(f"{source}: not found; pass a COCO .json, a VOC .xml or a folder of them")
+    if format == "auto":
+        format = "coco" if source.suffix.lower() == ".json" else "voc"
+    if format == "coco":
+        return convert_coco(source, out_dir)
+    files = sorted(source.glob("*.xml")) if source.is_dir() else [source]
+    if not files:
+        raise DataError(f"{source}: no .xml files; pass a folder of VOC annotations")
+    names = read_names(names_file) if names_file else None
+    return convert_voc(files, out_dir, names, dict(mapping) if mapping else None)
 
 
 def write_names(path: str | Path, names: Sequence[str]) -> None:

@@ -7,108 +7,18 @@ never collide), ``labels/*.txt`` in YOLO format (``--save-txt``, ``--save-conf``
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from turboyolo.errors import ConfigError, DataError, TurboYoloError
+from turboyolo.errors import ConfigError, DataError, FlagError, TurboYoloError, printable
+from turboyolo.infer.writer import DetectionWriter, coco_gt_ids
 from turboyolo.rundir import next_run_dir
-
-# Darknet's table: the 80 class indices -> COCO's 91 category ids.
-COCO91_IDS = (
-    1,
-    2,
-    3,
-    4,
-    5,
-    6,
-    7,
-    8,
-    9,
-    10,
-    11,
-    13,
-    14,
-    15,
-    16,
-    17,
-    18,
-    19,
-    20,
-    21,
-    22,
-    23,
-    24,
-    25,
-    27,
-    28,
-    31,
-    32,
-    33,
-    34,
-    35,
-    36,
-    37,
-    38,
-    39,
-    40,
-    41,
-    42,
-    43,
-    44,
-    46,
-    47,
-    48,
-    49,
-    50,
-    51,
-    52,
-    53,
-    54,
-    55,
-    56,
-    57,
-    58,
-    59,
-    60,
-    61,
-    62,
-    63,
-    64,
-    65,
-    67,
-    70,
-    72,
-    73,
-    74,
-    75,
-    76,
-    77,
-    78,
-    79,
-    80,
-    81,
-    82,
-    84,
-    85,
-    86,
-    87,
-    88,
-    89,
-    90,
-)
-
-
-def coco_names() -> list[str]:
-    return resources.files("turboyolo").joinpath("resources/coco.names").read_text().split("\n")[:80]
 
 
 @dataclass
@@ -141,60 +51,22 @@ class DetectOptions:
     tile_whole: bool = False
     vid_stride: int = 1
 
-    @classmethod
-    def from_args(cls, args) -> DetectOptions:
-        sources = list(args.source) + list(args.images)
-        if not sources:
-            raise ConfigError(
-                "no images given; pass files, folders, globs or list files (e.g. `detect data/`)"
-            )
-        if args.img_size and len(args.img_size) not in (1, 2):
-            raise ConfigError("--img-size takes one size or a width and a height")
-        for flag, value in (("--conf-thres", args.conf_thres), ("--nms-thres", args.nms_thres)):
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise FlagError("no images given; pass files, folders, globs or list files (e.g. `detect data/`)")
+        for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
             if not 0 <= value <= 1:
-                raise ConfigError(f"{flag} must lie in [0, 1], got {value}")
-        if args.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
-        img_size = None
-        if args.img_size:
-            img_size = (args.img_size[0], args.img_size[-1])
-        vid_stride = getattr(args, "vid_stride", 1)
-        if vid_stride < 1:
-            raise ConfigError(f"--vid-stride must be >= 1, got {vid_stride}")
-        tile = getattr(args, "tile", None)
-        if tile is not None:
+                raise FlagError(f"{flag} must lie in [0, 1], got {value}")
+        if self.batch_size < 1:
+            raise FlagError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.vid_stride < 1:
+            raise FlagError(f"--vid-stride must be >= 1, got {self.vid_stride}")
+        if self.tile is not None:
             from turboyolo.infer.tiling import TileOptions
 
-            TileOptions(tile, args.overlap)  # validates --tile and --overlap
-            if args.fast_decode:
-                raise ConfigError("--tile detects at full resolution; drop --fast-decode")
-        return cls(
-            sources=sources,
-            cfg=args.cfg,
-            weights=args.weights,
-            names=args.names,
-            conf_thres=args.conf_thres,
-            nms_thres=args.nms_thres,
-            img_size=img_size,
-            class_filter=args.class_filter,
-            single_label=args.single_label,
-            max_det=args.max_det,
-            device=args.device,
-            half=args.half,
-            batch_size=args.batch_size,
-            save_txt=args.save_txt or args.save_conf,
-            save_conf=args.save_conf,
-            draw=not args.no_draw,
-            coco_gt=args.coco_gt,
-            coco_ids=args.coco_ids,
-            fast_decode=args.fast_decode,
-            workers=max(1, args.workers),
-            tile=tile,
-            overlap=getattr(args, "overlap", 0.2),
-            tile_whole=getattr(args, "tile_whole", False),
-            vid_stride=vid_stride,
-            run_dir=(args.project, args.name, args.exist_ok),
-        )
+            TileOptions(self.tile, self.overlap)  # validates --tile and --overlap
+            if self.fast_decode:
+                raise FlagError("--tile detects at full resolution; drop --fast-decode")
 
 
 @dataclass
@@ -205,21 +77,26 @@ class DetectReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     videos: list[str] = field(default_factory=list)
     frames: int = 0
+    notes: list[str] = field(default_factory=list)  # folder links not followed again, unreadable folders
 
 
-def gather_images(sources: list[str]) -> list[tuple[Path, Path]]:
-    """(image path, output-relative path) for every input; relative paths never collide."""
-    from turboyolo.formats.datasets import IMAGE_SUFFIXES, list_images
+def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tuple[Path, Path]]:
+    """(image path, output-relative path) for every input; relative paths never collide.
+
+    Folders and ``**`` globs follow each real folder once (a folder-link loop ends); ``notes`` receives
+    one line per link not followed again or folder not readable.
+    """
+    from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files, list_images
 
     images: list[Path] = []
     for source in sources:
         if any(ch in source for ch in "*?["):
-            matches = sorted(Path(p) for p in glob.glob(source, recursive=True))
-            images += [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+            matches = glob_files(source, notes)
+            images += [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES]
             if not matches:
                 raise DataError(f"{source}: the glob matches no file")
         else:
-            images += list_images(source)
+            images += list_images(source, notes)
     seen, unique = set(), []
     for path in images:
         key = path.resolve()
@@ -242,7 +119,7 @@ def class_indices(filters: list[str] | None, names: list[str]) -> list[int] | No
         elif item in names:
             out.append(names.index(item))
         else:
-            raise ConfigError(f"--class-filter {item!r} is neither a class index nor one of the names")
+            raise FlagError(f"--class-filter {item!r} is neither a class index nor one of the names")
     return out
 
 
@@ -278,10 +155,13 @@ def run_detection(opts: DetectOptions) -> int:
     if report.videos:
         what += f", {report.frames} frames of {len(report.videos)} video(s)"
     print(f"{what}, {report.detections} detections -> {report.out_dir}")
+    for note in report.notes:
+        print(f"note: {printable(note)}", file=sys.stderr)
     if report.skipped:
-        print(f"{len(report.skipped)} unreadable images skipped:", file=sys.stderr)
+        listed = printable(report.out_dir / "skipped.txt")
+        print(f"{len(report.skipped)} unreadable images skipped (listed in {listed}):", file=sys.stderr)
         for path, reason in report.skipped:
-            print(f"  {path}: {reason}", file=sys.stderr)
+            print(f"  {printable(path)}: {printable(reason)}", file=sys.stderr)
     return 0
 
 
@@ -297,6 +177,8 @@ def detect(opts: DetectOptions) -> DetectReport:
     model = build_model(spec, weights)
     names = read_names(opts.names) if opts.names else None
     if names is None:
+        from turboyolo.formats.coco import coco_names
+
         names = coco_names() if model.num_classes == 80 else [str(i) for i in range(model.num_classes)]
     if len(names) != model.num_classes:
         raise ConfigError(f"{opts.names}: {len(names)} names but the model has {model.num_classes} classes")
@@ -308,14 +190,15 @@ def detect(opts: DetectOptions) -> DetectReport:
     from turboyolo.infer.video import split_video_sources
 
     image_sources, videos = split_video_sources(opts.sources)
-    items = gather_images(image_sources) if image_sources or not videos else []
+    notes: list[str] = []
+    items = gather_images(image_sources, notes) if image_sources or not videos else []
     if videos and opts.coco_gt:
         raise ConfigError("--coco-gt takes image ids from a COCO json; it does not apply to videos")
-    gt_ids = _coco_gt_ids(opts.coco_gt) if opts.coco_gt else None
+    gt_ids = coco_gt_ids(opts.coco_gt) if opts.coco_gt else None
     if opts.out_dir is None:  # only now: a run that fails on its inputs leaves no empty directory
         opts.out_dir = next_run_dir(*opts.run_dir)
-    writer = _Writer(opts, names, gt_ids)
-    report = DetectReport(opts.out_dir)
+    writer = DetectionWriter(opts, names, gt_ids)
+    report = DetectReport(opts.out_dir, notes=notes)
     fast_target = max(predictor.img_size) if opts.fast_decode else None
     progress = tqdm(
         total=len(items), desc="detect", unit="img", disable=opts.quiet or len(items) < 2, file=sys.stderr
@@ -344,7 +227,12 @@ def detect(opts: DetectOptions) -> DetectReport:
 
 def _predict(predictor, arrays: list[np.ndarray], opts: DetectOptions, wanted) -> list:
     if opts.tile:
-        return [_detect_tiled(predictor, array, opts, wanted) for array in arrays]
+        from turboyolo.infer.tiling import TileOptions
+
+        tiles = TileOptions(opts.tile, opts.overlap, whole=opts.tile_whole)
+        return [predictor.predict_tiled(array, tiles, opts.conf_thres, opts.nms_thres,
+                                        multi_label=not opts.single_label, classes=wanted,
+                                        max_det=opts.max_det, batch_size=opts.batch_size) for array in arrays]
     return predictor.predict_arrays(
         arrays,
         opts.conf_thres,
@@ -388,24 +276,6 @@ def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, r
     report.videos.append(str(sink.path) if sink is not None else source)
 
 
-def _detect_tiled(predictor, array: np.ndarray, opts: DetectOptions, wanted):
-    """``--tile``: one image by overlapping full-resolution tiles (:mod:`turboyolo.infer.tiling`)."""
-    from turboyolo.infer.predict import Prediction
-    from turboyolo.infer.tiling import TileOptions, detect_tiled
-
-    def predict(arrays):
-        return predictor.predict_arrays(
-            arrays, opts.conf_thres, opts.nms_thres, multi_label=not opts.single_label, classes=wanted
-        )
-
-    options = TileOptions(opts.tile, opts.overlap, whole=opts.tile_whole)
-    merged = detect_tiled(
-        predict, array, options, batch_size=opts.batch_size, nms_thres=opts.nms_thres, max_det=opts.max_det
-    )
-    height, width = array.shape[:2]
-    return Prediction(merged.boxes, merged.scores, merged.classes, width, height)
-
-
 def _to_full_resolution(prediction, decoded_hw, orig_hw) -> None:
     """Boxes found on a reduced decode (``--fast-decode``) back to full-resolution pixels."""
     if tuple(decoded_hw) == tuple(orig_hw):
@@ -415,123 +285,4 @@ def _to_full_resolution(prediction, decoded_hw, orig_hw) -> None:
     prediction.height, prediction.width = orig_hw
 
 
-def _coco_gt_ids(path: str) -> dict[str, int]:
-    try:
-        data = json.loads(Path(path).read_text())
-        return {Path(img["file_name"]).name: int(img["id"]) for img in data["images"]}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(
-            f"{path}: not a COCO ground-truth json with images[].file_name/id ({err})"
-        ) from None
 
-
-class _Writer:
-    """Writes drawings, labels and the COCO json for each image as it is done."""
-
-    def __init__(self, opts: DetectOptions, names: list[str], gt_ids: dict[str, int] | None):
-        self.opts, self.names, self.gt_ids = opts, names, gt_ids
-        self.results: list[dict] = []
-        self.image_ids: dict[int, str] = {}
-
-    def image_id(self, path: Path, rel: Path) -> int:
-        if self.gt_ids is not None:
-            if path.name not in self.gt_ids:
-                raise DataError(f"{path}: not among the images of --coco-gt {self.opts.coco_gt}")
-            return self.gt_ids[path.name]
-        return len(self.image_ids)
-
-    def write(self, path: Path, rel: Path, array: np.ndarray, prediction, frame: int | None = None,
-              sink=None) -> None:
-        """One image, or frame ``frame`` of a video (labels ``<stem>_<frame>.txt``, drawing into ``sink``)."""
-        if frame is not None:
-            image_id = len(self.image_ids)
-            self.image_ids[image_id] = f"{path}#{frame}"
-            rel = rel.parent / f"{rel.stem}_{frame}.jpg"
-        else:
-            image_id = self.image_id(path, rel)
-            self.image_ids[image_id] = str(path)
-        boxes, scores, classes = prediction.boxes, prediction.scores, prediction.classes
-        for box, score, cls in zip(boxes.tolist(), scores.tolist(), classes.tolist()):
-            category = COCO91_IDS[cls] if self.opts.coco_ids else int(cls)
-            self.results.append(
-                {
-                    "image_id": image_id,
-                    "file_name": str(rel),
-                    "category_id": category,
-                    "bbox": [
-                        round(box[0], 3),
-                        round(box[1], 3),
-                        round(box[2] - box[0], 3),
-                        round(box[3] - box[1], 3),
-                    ],
-                    "score": round(float(score), 6),
-                }
-            )
-        if self.opts.save_txt:
-            self._write_labels(rel, prediction)
-        if self.opts.draw and frame is not None:
-            if sink is not None:
-                sink.write(self._drawn(array, prediction))
-        elif self.opts.draw:
-            self._draw(rel, array, prediction)
-
-    def _write_labels(self, rel: Path, prediction) -> None:
-        from turboyolo.formats.labels import write_yolo_labels
-
-        width, height = prediction.width, prediction.height
-        boxes = prediction.boxes.astype(np.float64)
-        rows = np.column_stack(
-            [
-                prediction.classes.astype(np.float64),
-                (boxes[:, 0] + boxes[:, 2]) / 2 / width,
-                (boxes[:, 1] + boxes[:, 3]) / 2 / height,
-                (boxes[:, 2] - boxes[:, 0]) / width,
-                (boxes[:, 3] - boxes[:, 1]) / height,
-            ]
-            + ([prediction.scores.astype(np.float64)] if self.opts.save_conf else [])
-        )
-        write_yolo_labels(self.opts.out_dir / "labels" / rel.with_suffix(".txt"), rows, self.opts.save_conf)
-
-    def _draw(self, rel: Path, array: np.ndarray, prediction) -> None:
-        import cv2
-
-        image = self._drawn(array, prediction)
-        dest = self.opts.out_dir / rel
-        if dest.suffix.lower() not in (".jpg", ".jpeg", ".png"):
-            dest = dest.with_suffix(".jpg")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        cv2.imwrite(str(dest), image)
-
-    def _drawn(self, array: np.ndarray, prediction) -> np.ndarray:
-        """BGR copy of ``array`` with the boxes and labels drawn."""
-        import cv2
-
-        image = cv2.cvtColor(array, cv2.COLOR_RGB2BGR)
-        scale = array.shape[1] / prediction.width
-        thickness = max(1, round(max(image.shape[:2]) / 400))
-        for box, score, cls in zip(prediction.boxes * scale, prediction.scores, prediction.classes):
-            color = _color(int(cls))
-            x1, y1, x2, y2 = (int(round(v)) for v in box)
-            cv2.rectangle(image, (x1, y1), (x2, y2), color, thickness)
-            label = f"{self.names[int(cls)]} {score:.2f}"
-            cv2.putText(
-                image,
-                label,
-                (x1, max(y1 - 4, 10)),
-                cv2.FONT_HERSHEY_SIMPLEX,
-                0.4 * thickness,
-                color,
-                thickness,
-            )
-        return image
-
-    def close(self, report: DetectReport) -> None:
-        (self.opts.out_dir / "predictions.json").write_text(json.dumps(self.results))
-        (self.opts.out_dir / "image_ids.json").write_text(json.dumps(self.image_ids, indent=1))
-        if report.skipped:
-            (self.opts.out_dir / "skipped.txt").write_text("".join(f"{p}\t{r}\n" for p, r in report.skipped))
-
-
-def _color(index: int) -> tuple[int, int, int]:
-    rng = np.random.default_rng(index)
-    return tuple(int(v) for v in rng.integers(64, 256, 3))

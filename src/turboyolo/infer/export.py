@@ -13,6 +13,7 @@ Input ``images``: float32 ``[B, 3, H, W]`` RGB in [0, 1], already letterboxed to
   Boxes are not clipped and not mapped back to the original image: the caller owns its letterbox.
 
 The file's metadata (``metadata_props``) records the mode, input size, strides, anchors and thresholds.
+:func:`export_model` is the whole ``turboyolo export`` job: load, export, compare with onnxruntime.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import contextlib
 import io
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 
 from turboyolo.boxes import cxcywh_to_xyxy
-from turboyolo.errors import ConfigError
+from turboyolo.errors import ConfigError, FlagError
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.postprocess import decode
 
@@ -38,9 +39,10 @@ EXPORTERS = ("dynamo", "torchscript")
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """What to export. ``img_size`` is (width, height); thresholds only matter with ``nms``."""
+    """What to export. ``img_size`` is (width, height), ``None``: the cfg's; thresholds only matter
+    with ``nms`` (which implies decoded outputs)."""
 
-    img_size: tuple[int, int]
+    img_size: tuple[int, int] | None
     decoded: bool = False
     nms: bool = False
     dynamic_batch: bool = False
@@ -51,16 +53,23 @@ class ExportOptions:
     exporter: str = "dynamo"
 
     def __post_init__(self):
-        width, height = self.img_size
-        if width <= 0 or height <= 0:
-            raise ConfigError(f"--img-size must be positive, got {width}x{height}")
+        if self.img_size is not None:
+            width, height = self.img_size
+            if width <= 0 or height <= 0:
+                raise FlagError(f"--img-size must be positive, got {width}x{height}")
         if self.exporter not in EXPORTERS:
-            raise ConfigError(f"--exporter must be one of {', '.join(EXPORTERS)}, got {self.exporter!r}")
+            raise FlagError(f"--exporter must be one of {', '.join(EXPORTERS)}, got {self.exporter!r}")
         for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
             if not 0 <= value <= 1:
-                raise ConfigError(f"{flag} must lie in [0, 1], got {value}")
+                raise FlagError(f"{flag} must lie in [0, 1], got {value}")
         if self.max_det < 1:
-            raise ConfigError(f"--max-det must be >= 1, got {self.max_det}")
+            raise FlagError(f"--max-det must be >= 1, got {self.max_det}")
+
+    def for_model(self, model: Darknet) -> ExportOptions:
+        """These options with ``img_size`` filled in from the model's cfg when it is ``None``."""
+        if self.img_size is not None:
+            return self
+        return replace(self, img_size=(model.spec.net.width, model.spec.net.height))
 
     @property
     def mode(self) -> str:
@@ -105,9 +114,10 @@ def export_onnx(model: Darknet, path: str | Path, options: ExportOptions) -> Pat
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = model.float().eval().cpu()
+    options = options.for_model(model)
     width, height = options.img_size
     if width % model.max_stride or height % model.max_stride:
-        raise ConfigError(f"--img-size {width}x{height} must be a multiple of {model.max_stride}")
+        raise FlagError(f"--img-size {width}x{height} must be a multiple of {model.max_stride}")
     wrapper = ExportWrapper(model, options.mode, options.conf_thres).eval()
     example = torch.zeros(2 if options.dynamic_batch else 1, 3, height, width)
     names = output_names(model, options.mode)
@@ -214,6 +224,79 @@ def _set_metadata(graph_model, model: Darknet, options: ExportOptions) -> None:
     for key, value in meta.items():
         entry = graph_model.metadata_props.add()
         entry.key, entry.value = key, value
+
+
+@dataclass
+class ExportReport:
+    """What :func:`export_model` wrote and how closely onnxruntime reproduces PyTorch."""
+
+    path: Path
+    options: ExportOptions  # with img_size resolved
+    size_bytes: int
+    check_images: int = 0  # random images compared (0: no comparison)
+    max_abs_diff: float | None = None  # onnxruntime (CPU) vs PyTorch
+    check_skipped: str = ""  # why the comparison did not run, when it was asked for
+
+    def summary(self) -> str:
+        """The file, its size, outputs and input shape; then the comparison's result (or why none)."""
+        width, height = self.options.img_size
+        lines = [f"{self.path} ({self.size_bytes / 1e6:.1f} MB, {self.options.mode} outputs, "
+                 f"input images [B, 3, {height}, {width}])"]
+        if self.check_skipped:
+            lines.append(self.check_skipped)
+        elif self.max_abs_diff is not None:
+            lines.append(f"onnxruntime (CPU) vs PyTorch on {self.check_images} random image(s): "
+                         f"max abs difference {self.max_abs_diff:.2g}")
+        return "\n".join(lines)
+
+
+def export_model(
+    weights: str | Path,
+    options: ExportOptions,
+    *,
+    cfg: str | Path | None = None,
+    output: str | Path | None = None,
+    run_dir: tuple[str, str, bool] = ("runs/export", "exp", False),
+    check: bool = True,
+) -> ExportReport:
+    """``turboyolo export --format onnx``: load a model, export it, compare the file with PyTorch.
+
+    Args:
+        weights: ``.weights`` (with ``cfg``), a checkpoint, or a pinned asset name (``yolov3-tiny``).
+        options: what to export (``img_size`` ``None``: the cfg's).
+        output: the ``.onnx`` file; default: ``<run dir>/<weights stem>.onnx``, the run directory made
+            from ``run_dir`` = (project, name, exist_ok).
+        check: run the file with onnxruntime on random images and report the largest difference from
+            PyTorch (skipped, with the reason in the report, when onnxruntime is not installed).
+    Raises:
+        ConfigError: the onnx package is missing, or a bad cfg.
+        FlagError: an input size that is not a multiple of the network's stride.
+    """
+    from turboyolo.model.loading import build_model, resolve_model
+    from turboyolo.rundir import next_run_dir
+
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise ConfigError("--format onnx needs the onnx extra: pip install 'turboyolo[onnx]'") from None
+    spec, weights_path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
+    model = build_model(spec, weights_path)
+    options = options.for_model(model)
+    out = Path(output) if output else next_run_dir(*run_dir) / f"{Path(str(weights_path)).stem}.onnx"
+    path = export_onnx(model, out, options)
+    report = ExportReport(path, options, path.stat().st_size)
+    if check:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            report.check_skipped = ("onnxruntime not installed: comparison skipped "
+                                    "(pip install 'turboyolo[onnx]')")
+            return report
+        width, height = options.img_size
+        report.check_images = 2 if options.dynamic_batch else 1
+        images = np.random.default_rng(0).random((report.check_images, 3, height, width), dtype=np.float32)
+        report.max_abs_diff = compare_with_torch(model, path, options, images)
+    return report
 
 
 def run_onnxruntime(path: str | Path, images: np.ndarray) -> list[np.ndarray]:

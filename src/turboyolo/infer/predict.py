@@ -175,6 +175,20 @@ class Predictor:
             for det, lb in zip(detections, letterboxes)
         ]
 
+    def predict_tiled(self, image: np.ndarray, tiles, conf_thres: float = 0.25, nms_thres: float = 0.45,
+                      multi_label: bool = True, classes: Sequence[int] | None = None,
+                      max_det: int | None = None, batch_size: int = 8) -> Prediction:
+        """Detect on one large uint8 RGB image by overlapping full-resolution tiles, merged
+        (``tiles``: a :class:`turboyolo.infer.tiling.TileOptions`)."""
+        from turboyolo.infer.tiling import detect_tiled
+
+        def predict(crops: list[np.ndarray]) -> list[Prediction]:
+            return self.predict_arrays(crops, conf_thres, nms_thres, multi_label=multi_label, classes=classes)
+
+        merged = detect_tiled(predict, image, tiles, batch_size=batch_size, nms_thres=nms_thres,
+                              max_det=max_det)
+        return Prediction(merged.boxes, merged.scores, merged.classes, image.shape[1], image.shape[0])
+
     def predict(self, paths: Sequence[str | Path], **kwargs) -> list[Prediction]:
         """Detect on image files (decoded at full resolution, EXIF orientation applied)."""
         from turboyolo.data.decode import load_image

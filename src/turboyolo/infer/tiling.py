@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from turboyolo.boxes import box_iou_pairs
 from turboyolo.errors import ConfigError
 
 
@@ -112,15 +113,6 @@ def shift_to_image(
     return shifted, cut
 
 
-def _iou_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise IoU of ``[n, 4]`` and ``[n, 4]`` xyxy boxes (0 where both are empty)."""
-    wh = np.clip(np.minimum(a[:, 2:], b[:, 2:]) - np.maximum(a[:, :2], b[:, :2]), 0, None)
-    inter = wh.prod(1)
-    area_a = np.clip(a[:, 2:] - a[:, :2], 0, None).prod(1)
-    area_b = np.clip(b[:, 2:] - b[:, :2], 0, None).prod(1)
-    return inter / np.maximum(area_a + area_b - inter, 1e-9)
-
-
 def _clip_to(boxes: np.ndarray, zones: np.ndarray) -> np.ndarray:
     return np.concatenate([np.maximum(boxes[:, :2], zones[:, :2]), np.minimum(boxes[:, 2:], zones[:, 2:])], 1)
 
@@ -166,14 +158,14 @@ def merge_detections(
                     1,
                 )
                 other_tile = (windows[candidates] != window).any(1)
-                agree = _iou_pairs(
+                agree = box_iou_pairs(
                     _clip_to(np.broadcast_to(box, zones.shape), zones), _clip_to(boxes[candidates], zones)
                 )
                 joined = candidates[other_tile & (agree >= merge_thres)]
                 # joining goes first: a cut part overlapping its whole object is absorbed, not suppressed
                 alive[joined] = False
                 rest = rest[alive[rest]]
-                duplicate = _iou_pairs(np.broadcast_to(box, (len(rest), 4)), boxes[rest]) > nms_thres
+                duplicate = box_iou_pairs(np.broadcast_to(box, (len(rest), 4)), boxes[rest]) > nms_thres
                 alive[rest[duplicate]] = False
                 if len(joined):
                     box = np.concatenate(

@@ -7,7 +7,9 @@ or a camera index (``0``). Frames come out as RGB uint8 with their 0-based index
 
 from __future__ import annotations
 
-import glob
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,15 +32,15 @@ def is_video_file(path: str | Path) -> bool:
 def split_video_sources(sources: list[str]) -> tuple[list[str], list[str]]:
     """(image sources, video sources). A glob's video matches go to the videos; the glob itself stays
     an image source when it also matches an image (so ``clips/*`` takes both)."""
-    from turboyolo.formats.datasets import IMAGE_SUFFIXES
+    from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files
 
     images, videos = [], []
     for source in sources:
         if is_stream(source) and not Path(source).exists():
             videos.append(source)
         elif any(ch in source for ch in "*?["):
-            matches = sorted(glob.glob(source, recursive=True))
-            videos += [m for m in matches if is_video_file(m) and Path(m).is_file()]
+            matches = [str(m) for m in glob_files(source)]  # ** follows each real folder once
+            videos += [m for m in matches if is_video_file(m)]
             if any(Path(m).suffix.lower() in IMAGE_SUFFIXES for m in matches) or not matches:
                 images.append(source)
         elif is_video_file(source):
@@ -60,7 +62,15 @@ def open_video(source: str):
     """A ``cv2.VideoCapture`` that is open, and its :class:`VideoInfo`."""
     import cv2
 
-    capture = cv2.VideoCapture(int(source) if source.isdigit() else source)
+    if source.isdigit():
+        capture = cv2.VideoCapture(int(source))
+    elif _utf8(source):
+        capture = cv2.VideoCapture(source)
+    else:  # OpenCV takes paths as UTF-8 text and crashes on other bytes: open it through a plain name
+        with tempfile.TemporaryDirectory() as folder:
+            link = os.path.join(folder, "video" + Path(source).suffix)
+            os.symlink(os.path.abspath(source), link)
+            capture = cv2.VideoCapture(link)
     if not capture.isOpened():
         hint = "check the path" if not is_stream(source) else "check the URL / camera index"
         raise DataError(f"{source}: OpenCV cannot open this video; {hint}")
@@ -97,16 +107,32 @@ class VideoSink:
 
     def __init__(self, path: Path, fps: float):
         self.path, self.fps, self.writer = path, fps, None
+        self._staging: Path | None = None  # written under a UTF-8 name, moved to ``path`` on close
 
     def write(self, bgr: np.ndarray) -> None:
         import cv2
 
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            target = self.path
+            if not _utf8(str(self.path)):  # OpenCV crashes on a path that is not UTF-8
+                handle, name = tempfile.mkstemp(suffix=self.path.suffix)
+                os.close(handle)
+                target = self._staging = Path(name)
             fourcc = cv2.VideoWriter_fourcc(*"mp4v")
-            self.writer = cv2.VideoWriter(str(self.path), fourcc, self.fps, (bgr.shape[1], bgr.shape[0]))
+            self.writer = cv2.VideoWriter(str(target), fourcc, self.fps, (bgr.shape[1], bgr.shape[0]))
         self.writer.write(bgr)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.release()
+            if self._staging is not None:
+                shutil.move(self._staging, self.path)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False

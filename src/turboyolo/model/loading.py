@@ -1,17 +1,47 @@
-"""Weights into a :class:`Darknet`: Darknet ``.weights`` or a turboyolo checkpoint, full or by shape."""
+"""Weights into a :class:`Darknet`: Darknet ``.weights`` or a turboyolo checkpoint, full or by shape.
+
+Checkpoints are read with ``torch.load(weights_only=True)`` only: a file that needs anything else (a
+pickled class, a function) is refused with what it is, never with advice to load it unsafely.
+:func:`read_training_checkpoint` also checks that the file holds what ``--resume`` needs.
+"""
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 import torch
 
 from turboyolo.errors import WeightsError
-from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg
-from turboyolo.formats.darknet_weights import WeightsHeader, cutoff_from_name, read_weights, write_weights
+from turboyolo.formats.darknet_cfg import ModelSpec, YoloSpec, parse_cfg
+from turboyolo.formats.darknet_weights import (
+    WeightsHeader,
+    cutoff_from_name,
+    read_weights,
+    weights_body_floats,
+    write_weights,
+)
 from turboyolo.model.darknet import Darknet
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
+# What --resume reads from a checkpoint (turboyolo.train.checkpoint writes these and more), with their types.
+TRAINING_KEYS: dict[str, type | tuple[type, ...]] = {
+    "model": dict, "optimizer": dict, "config": dict, "cfg_text": str, "iteration": int, "epoch": int,
+    "epoch_batches": int, "seen": int,
+}
+# Modules a refused pickle names -> what made the file (said in the refusal, so the user knows what it is).
+_PICKLE_ORIGINS = (
+    ("ultralytics.", "an Ultralytics YOLOv8+ model object"),
+    ("models.", "a YOLOv5-style model object from its code's models package"),
+    ("pytorchyolo.", "a PyTorch-YOLOv3 model object"),
+    ("numpy.", "numpy arrays or scalars"),
+    ("posix.", "a call into the operating system that would run a command"),
+    ("os.", "a call into the operating system that would run a command"),
+    ("subprocess.", "a call that starts a program"),
+    ("io.", "a call that opens files"),
+    ("builtins.", "a Python built-in call that could run code"),
+)
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -31,25 +61,99 @@ def save_darknet_weights(model: Darknet, path: str | Path, seen: int = 0, cutoff
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """A turboyolo checkpoint, always with ``weights_only=True`` (no code runs from the file)."""
+    """A PyTorch checkpoint dict, always with ``weights_only=True`` (no code runs from the file).
+
+    Raises:
+        WeightsError: naming the file and what it is when it is missing, damaged, not a dict, or
+            refused (it needs Python objects other than tensors, numbers, strings, lists and dicts).
+    """
+    path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError as err:
-        raise WeightsError(f"{path}: no such checkpoint") from err
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": noise before our refusal
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise WeightsError(f"{path}: no such checkpoint") from None
+    except IsADirectoryError:
+        raise WeightsError(f"{path}: a folder, not a checkpoint file") from None
     except Exception as err:  # noqa: BLE001 - torch raises many types for a bad file
-        raise WeightsError(f"{path}: not a loadable turboyolo checkpoint ({err})") from err
+        raise WeightsError(_unreadable_checkpoint(path, err)) from None
     if not isinstance(state, dict):
-        raise WeightsError(f"{path}: expected a checkpoint dict, found {type(state).__name__}")
+        raise WeightsError(f"{path}: not a turboyolo checkpoint: it holds a {type(state).__name__}, not a "
+                           "dict of tensors; pass a checkpoint written by turboyolo or a Darknet .weights "
+                           "file")
     return state
 
 
-def checkpoint_model_state(state: dict, prefer_ema: bool = True) -> dict[str, torch.Tensor]:
+def _unreadable_checkpoint(path: Path, err: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` failed, in our words. PyTorch's own message advises retrying
+    with ``weights_only=False``, which runs whatever the file holds: that text is never passed on."""
+    text = str(err)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        head = b""
+    if path.suffix.lower() == ".weights" or (head and not head.startswith((b"PK", b"\x80"))):
+        kind = "a Darknet .weights file" if path.suffix.lower() == ".weights" else "not a PyTorch file"
+        return (f"{path}: not a turboyolo checkpoint ({kind}); pass a .pt checkpoint written by turboyolo, "
+                "or give Darknet .weights with --weights")
+    if isinstance(err, EOFError) or not head:
+        return f"{path}: empty or cut-off file, not a usable checkpoint; copy it again or use another one"
+    if "PytorchStreamReader" in text or "zip archive" in text:
+        return (f"{path}: damaged or truncated checkpoint (its zip archive is incomplete: an interrupted "
+                "save or a partial copy); use another checkpoint (weights/last.pt or best.pt) or copy it "
+                "again")
+    if "weights_only" in text or "Weights only" in text or type(err).__name__ == "UnpicklingError":
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        if found:
+            name = found.group(1)
+            origin = next((what for prefix, what in _PICKLE_ORIGINS if name.startswith(prefix)), None)
+            what = f"the Python object {name}" + (f" ({origin})" if origin else "")
+        else:
+            what = "Python objects other than tensors, numbers and strings"
+        return (f"{path}: refused: this file is a pickle that needs {what} to load; loading it would let "
+                "the file run code. turboyolo reads only weights-only checkpoints (tensors, numbers, "
+                "strings); use a checkpoint turboyolo wrote or Darknet .weights. For a model from another "
+                "tool, export its state_dict (tensors only) with that tool")
+    return f"{path}: not a readable PyTorch checkpoint ({type(err).__name__}); use another file"
+
+
+def read_training_checkpoint(path: str | Path) -> dict:
+    """A checkpoint ``--resume`` can continue from: :func:`read_checkpoint` plus its schema.
+
+    Raises:
+        WeightsError: the file is not a turboyolo training checkpoint (e.g. a plain ``state_dict``, or
+            weights exported without the training state), naming what is missing and the fix.
+    """
+    state = read_checkpoint(path)
+    missing = [key for key in TRAINING_KEYS if key not in state]
+    if missing:
+        tensors = sum(isinstance(v, torch.Tensor) for v in state.values())
+        what = (f"a plain state_dict of {tensors} tensors" if tensors and tensors == len(state)
+                else f"no {', '.join(missing)}")
+        raise WeightsError(f"{path}: not a turboyolo checkpoint: {what}, so there is no training state "
+                           "to resume; --resume takes weights/last.pt of a turboyolo run; use --weights "
+                           f"{path} to load its tensors into a new run")
+    wrong = [key for key, kind in TRAINING_KEYS.items()
+             if not isinstance(state[key], kind) or (kind is int and isinstance(state[key], bool))]
+    if wrong:
+        raise WeightsError(f"{path}: damaged turboyolo checkpoint: {', '.join(wrong)} of the wrong type; "
+                           "use another checkpoint (weights/last.pt or best.pt), or --weights to load its "
+                           "tensors")
+    return state
+
+
+def checkpoint_model_state(state: dict, prefer_ema: bool = True, path: str | Path | None = None
+                           ) -> dict[str, torch.Tensor]:
     for key in ("ema", "model") if prefer_ema else ("model",):
         if isinstance(state.get(key), dict):
             return state[key]
     if state and all(isinstance(v, torch.Tensor) for v in state.values()):
         return state  # a bare state_dict
-    raise WeightsError("checkpoint holds no model state ('model' or 'ema')")
+    where = f"{path}: " if path is not None else ""
+    raise WeightsError(f"{where}checkpoint holds no model state ('model' or 'ema' tensors); pass a "
+                       "checkpoint written by turboyolo or a state_dict")
 
 
 def load_matching(model: Darknet, weights: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
@@ -77,8 +181,9 @@ def transfer_darknet_weights(
     Darknet files do not say which cfg they came from, so the source network is rebuilt from this
     cfg with the class count inferred from the file size.
     """
+    floats, leftover = weights_body_floats(path)  # size against the cfg first: fast, before any read
+    source_model = _model_for_size(model.spec, floats, path, leftover)
     header, flat = read_weights(path)
-    source_model = _model_for_size(model.spec, flat.size, path)
     source_model.load_flat_weights(flat, source=str(path))
     source_state = source_model.state_dict()
     loaded, skipped = load_matching(model, source_state)
@@ -115,20 +220,61 @@ def transfer_head_boxes(model: Darknet, source: Darknet, layers: list[int]) -> l
     return seeded
 
 
-def _model_for_size(spec: ModelSpec, floats: int, path) -> Darknet:
+def _layout(spec: ModelSpec) -> list[tuple[int, int]]:
+    """(layer index, float count) of every convolution, in ``.weights`` order (built on the meta
+    device: no memory, milliseconds even for yolov3)."""
+    with torch.device("meta"):
+        model = Darknet(spec)
+    return [(index, sum(t.numel() for t in tensors)) for index, tensors in model.darknet_tensors()]
+
+
+def _model_for_size(spec: ModelSpec, floats: int, path, leftover: int = 0) -> Darknet:
+    """The network of ``spec`` with the class count whose float count is ``floats``; else a WeightsError
+    that says truncated (naming where the file ends) or another architecture.
+
+    A Darknet network's float count is linear in the class count (only the head convolutions depend on
+    it), so two layouts give it for every class count: no search over models.
+    """
     from turboyolo.model.zoo import with_num_classes
 
-    own = Darknet(spec)
-    if own.flat_weights().size == floats:
-        return own
-    for classes in range(1, 1001):
-        candidate = Darknet(with_num_classes(spec, classes))
-        if sum(t.numel() for _, ts in candidate.darknet_tensors() for t in ts) == floats:
-            return candidate
-    raise WeightsError(
-        f"{path}: {floats} floats fit this cfg's layers for no class count in 1..1000; "
-        "the weights come from another architecture"
-    )
+    own = _layout(spec)
+    if not leftover and sum(n for _, n in own) == floats:
+        return Darknet(spec)
+    one = sum(n for _, n in _layout(with_num_classes(spec, 1)))
+    per_class = sum(n for _, n in _layout(with_num_classes(spec, 2))) - one
+    if not leftover and per_class > 0 and floats >= one and (floats - one) % per_class == 0:
+        candidate = with_num_classes(spec, 1 + (floats - one) // per_class)
+        if sum(n for _, n in _layout(candidate)) == floats:
+            return Darknet(candidate)
+    raise WeightsError(_size_mismatch(spec, own, floats, path, leftover, one, per_class))
+
+
+def _size_mismatch(spec: ModelSpec, own, floats: int, path, leftover: int, one: int, per_class: int) -> str:
+    heads = {index - 1 for index, layer in enumerate(spec.layers) if isinstance(layer, YoloSpec)}
+    done, last_whole, inside, before_heads, total = 0, None, None, None, 0
+    for index, count in own:
+        if before_heads is None and index in heads:
+            before_heads = total  # floats of every layer before the first class-dependent one
+        total += count
+        if inside is None:
+            if done + count > floats:
+                inside = index
+            else:
+                done, last_whole = done + count, index
+    before_heads = total if before_heads is None else before_heads
+    where = ""
+    if inside is not None:
+        boundary = f"after layer {last_whole} ({done} floats)" if last_whole is not None else "the start"
+        where = (f"; with this cfg it ends {floats - done} floats into layer {inside}, the nearest layer "
+                 f"boundary before that being {boundary}")
+    odd = f" and {leftover} stray bytes" if leftover else ""
+    if leftover or floats < before_heads:
+        return (f"{path}: truncated: it holds {floats} floats{odd}, but this cfg's layers before its first "
+                f"detection head alone need {before_heads}{where}. The download was cut short or the file "
+                "is damaged: fetch it again (`turboyolo fetch NAME` checks the sha256) or copy it again")
+    return (f"{path}: {floats} floats fit this cfg for no class count ({one} for 1 class, {per_class} "
+            f"more per class){where}: the file is truncated or holds another architecture's weights; "
+            "check the file and the .cfg")
 
 
 def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) -> Darknet:
@@ -142,7 +288,7 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
             f"{weights}: no such weights file; `turboyolo fetch yolov3-tiny` gets the official tiny weights"
         )
     if is_checkpoint(weights):
-        state = checkpoint_model_state(read_checkpoint(weights))
+        state = checkpoint_model_state(read_checkpoint(weights), path=weights)
         try:
             missing, unexpected = model.load_state_dict(state, strict=False)
         except RuntimeError as err:  # same names, other shapes: another class count or architecture
@@ -174,7 +320,7 @@ def load_pretrained(model: Darknet, weights: str | Path, checkpoint: dict | None
                            "`turboyolo fetch yolov3-tiny` gets the COCO tiny weights")
     if is_checkpoint(path):
         state = checkpoint if checkpoint is not None else read_checkpoint(path)
-        loaded, skipped = load_matching(model, checkpoint_model_state(state))
+        loaded, skipped = load_matching(model, checkpoint_model_state(state, path=path))
         layers = sorted({int(n.split(".")[1]) for n in skipped if n.startswith("layers.")})
         kept = f"; kept the initialisation of layers {layers} (shapes differ)" if layers else ""
         return [f"loaded {len(loaded)} tensors from {path}{kept}"], layers
@@ -214,7 +360,7 @@ def export_weights(checkpoint_path: str | Path, spec: ModelSpec, out: str | Path
     """Darknet ``.weights`` from a checkpoint (its EMA weights when present)."""
     state = read_checkpoint(checkpoint_path)
     model = Darknet(spec)
-    model.load_state_dict(checkpoint_model_state(state))
+    model.load_state_dict(checkpoint_model_state(state, path=checkpoint_path))
     return save_darknet_weights(model, out, seen=int(state.get("seen", 0)))
 
 

@@ -15,9 +15,12 @@ new one, never a partial file under a checkpoint's name.
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import random
+import shutil
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +28,12 @@ from typing import Any
 
 import torch
 
+from turboyolo.errors import CheckpointError
+
 FORMAT = "turboyolo-checkpoint"
 VERSION = 1
 WRITER_ENV = "TURBOYOLO_CHECKPOINT_WRITER"  # force "fork" or "thread" (tests, debugging)
-FAULT_ENV = "TURBOYOLO_CHECKPOINT_FAULT"  # "kill:<n>": SIGKILL the process midway through the n-th write
+FAULT_ENV = "TURBOYOLO_CHECKPOINT_FAULT"  # "<kill|enospc|sigint>:<n>": a fault midway through the n-th write
 
 
 def rng_state() -> dict[str, Any]:
@@ -83,26 +88,61 @@ _WRITER_PARENT: int | None = None  # pid of the training process, for the fault 
 
 
 def _fault_from_env() -> Callable[[int], Callable[[Path], None] | None]:
-    """The fault-injection hook for tests: ``TURBOYOLO_CHECKPOINT_FAULT=kill:<n>``."""
-    spec = os.environ.get(FAULT_ENV, "")
-    if not spec.startswith("kill:"):
+    """The fault-injection hook for tests: ``TURBOYOLO_CHECKPOINT_FAULT=<fault>:<n>`` strikes midway
+    through the n-th write. ``kill``: SIGKILL the training process (and a forked writer); ``enospc``:
+    the write fails as on a full disk; ``sigint``: Ctrl-C reaches the whole process group."""
+    kind, _, number = os.environ.get(FAULT_ENV, "").partition(":")
+    if kind not in ("kill", "enospc", "sigint") or not number.isdigit():
         return lambda _: None
-    target = int(spec.split(":", 1)[1])
+    target = int(number)
 
-    def hook_for(count: int):
-        if count != target:
-            return None
+    def strike(tmp: Path) -> None:
+        if kind == "enospc":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+        if kind == "sigint":
+            os.killpg(os.getpgid(0), signal.SIGINT)
+            return
+        if _WRITER_PARENT is not None and os.getpid() != _WRITER_PARENT:
+            os.kill(_WRITER_PARENT, signal.SIGKILL)  # a forked writer: the whole run dies
+        os.kill(os.getpid(), signal.SIGKILL)
 
-        def kill(tmp: Path) -> None:
-            import signal
+    return lambda count: strike if count == target else None
 
-            if _WRITER_PARENT is not None and os.getpid() != _WRITER_PARENT:
-                os.kill(_WRITER_PARENT, signal.SIGKILL)  # a forked writer: the whole run dies
-            os.kill(os.getpid(), signal.SIGKILL)
 
-        return kill
+def checkpoint_bytes(state: Any) -> int:
+    """Bytes of the tensors in ``state`` (about the size of its file)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(checkpoint_bytes(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(checkpoint_bytes(v) for v in state)
+    return 0
 
-    return hook_for
+
+def check_room(state: dict, paths: list[Path]) -> None:
+    """Refuse a write that the disk cannot hold, before it starts (the previous checkpoints stay whole).
+
+    Each path is written to a temporary file and renamed over the old one, so the disk needs one
+    checkpoint's size plus one for every path that does not exist yet.
+    """
+    need = int(checkpoint_bytes(state) * 1.02) + (1 << 20)
+    new = sum(not Path(p).exists() for p in paths)
+    folder = Path(paths[0]).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if free < need * (1 + new):
+        raise CheckpointError(_failure(paths[0], f"the disk has {free / 2**20:.0f} MB free and the "
+                                       f"checkpoint needs {need / 2**20:.0f} MB ({1 + new} x that while "
+                                       "it is written)"))
+
+
+def _failure(path: Path, why: str) -> str:
+    last = Path(path).parent / "last.pt"
+    resume = (f"{last} still holds the last good state: free space (or choose another --project) and "
+              f"continue with `turboyolo train --resume {last}`" if last.exists()
+              else "no checkpoint of this run was written yet: free space or choose another --project")
+    return f"could not write checkpoint {path}: {why}; {resume}"
 
 
 class CheckpointWriter:
@@ -128,6 +168,8 @@ class CheckpointWriter:
             raise ValueError(f"mode must be fork, thread or auto, got {mode!r}")
         self.mode = mode if background else "thread"
         self._child: int | None = None
+        self._paths: list[Path] = []
+        self._failed_path: Path | None = None
         self.background = background
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._queue: queue.Queue = queue.Queue(maxsize=1)
@@ -158,7 +200,13 @@ class CheckpointWriter:
         return value
 
     def save(self, state: dict, paths: list[Path]) -> None:
+        """Start writing ``state`` to ``paths`` (waits for the previous write first).
+
+        Raises :class:`CheckpointError` (before writing anything) when the disk cannot hold it, or
+        when the previous write failed.
+        """
         self.wait()
+        check_room(state, [Path(p) for p in paths])
         if self.mode == "fork":
             self._fork_write(state, [Path(p) for p in paths])
             return
@@ -175,6 +223,7 @@ class CheckpointWriter:
 
     def _write(self, job) -> None:
         snapshot, paths, fault = job
+        self._failed_path = paths[0]
         try:
             for index, path in enumerate(paths):
                 atomic_save(snapshot, path, fault if index == 0 else None)
@@ -197,28 +246,54 @@ class CheckpointWriter:
         _WRITER_PARENT = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: write from the copy-on-write image, never return into training
-            code = 1
+            code = 255
             try:
+                # Ctrl-C reaches the whole process group: the training process saves and stops; the
+                # write in progress finishes rather than die half-way
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 for index, path in enumerate(paths):
                     atomic_save(state, path, fault if index == 0 else None)
                 code = 0
+            except OSError as err:  # the errno travels back as the exit code
+                code = err.errno if err.errno and 0 < err.errno < 255 else 255
             finally:
                 os._exit(code)
         self._child = pid
         self._paths = paths
 
     def wait(self) -> None:
-        """Block until the queued write is on disk; re-raise its error, if any."""
+        """Block until the queued write is on disk; raise :class:`CheckpointError` if it failed."""
         if self._child is not None:
             _, status = os.waitpid(self._child, 0)
             self._child = None
-            if status != 0:
-                raise OSError(f"checkpoint writer for {self._paths[0]} failed (wait status {status}); "
-                              "check free disk space and permissions")
+            self._raise_for(status)
         self._idle.wait()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        self._raise_thread_error()
+
+    def poll(self) -> None:
+        """Without blocking: raise :class:`CheckpointError` if a write has failed since the last call."""
+        if self._child is not None:
+            pid, status = os.waitpid(self._child, os.WNOHANG)
+            if pid:
+                self._child = None
+                self._raise_for(status)
+        if self._idle.is_set():
+            self._raise_thread_error()
+
+    def _raise_for(self, status: int) -> None:
+        if status == 0:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        why = os.strerror(code) if 0 < code < 255 else f"the writer process ended with status {code}"
+        raise CheckpointError(_failure(self._paths[0], why))
+
+    def _raise_thread_error(self) -> None:
+        if self._error is None:
+            return
+        error, self._error = self._error, None
+        if isinstance(error, OSError):
+            raise CheckpointError(_failure(self._failed_path, error.strerror or str(error))) from error
+        raise error
 
     def close(self) -> None:
         self.wait()

@@ -229,7 +229,8 @@ class OutputArgs:
     exist_ok: bool = option(False, "reuse <project>/<name> if it exists", action="store_true")
     checkpoint_interval: int = option(1, "also keep weights/epoch<N>.pt every N epochs (0: last.pt and "
                                       "best.pt only)", type=int)
-    wandb: bool = option(False, "also log to Weights & Biases (WANDB_MODE=offline works)", action="store_true")
+    wandb: bool = option(False, "also log to Weights & Biases (WANDB_MODE=offline works)",
+                         action="store_true")
     log_interval: int = option(10, "iterations between loss readouts (one device sync each)", type=int)
 
     def check(self) -> None:

@@ -12,7 +12,7 @@ first) and derives from the verdicts:
 - a ``(C + 1) x (C + 1)`` confusion matrix with a background row and column.
 
 Boxes are ``xyxy`` in original-image pixels for detections and YOLO ``(cls, cx, cy, w, h)`` relative
-to the image for ground truth, as the evaluation holds them. IoU is ``torchvision.ops.box_iou``.
+to the image for ground truth, as the evaluation holds them. IoU is :func:`turboyolo.boxes.box_iou`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torchvision.ops import box_iou
+
+from turboyolo.boxes import box_iou
 
 CONFIDENCE_POINTS = 1000
 RECALL_POINTS = np.linspace(0.0, 1.0, 101)  # COCO's recall thresholds
@@ -100,10 +100,9 @@ def labels_to_xyxy(labels: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
 
 
 def _iou(dets_xyxy: np.ndarray, gt_xyxy: np.ndarray) -> np.ndarray:
-    """float64 ``[D, G]`` IoU (torchvision's, in float64 so that ties at the threshold match COCO's)."""
-    if not len(dets_xyxy) or not len(gt_xyxy):
-        return np.zeros((len(dets_xyxy), len(gt_xyxy)))
-    return box_iou(torch.from_numpy(dets_xyxy), torch.from_numpy(gt_xyxy)).numpy()
+    """float64 ``[D, G]`` IoU (in float64 so that ties at the threshold match COCO's)."""
+    return box_iou(np.asarray(dets_xyxy, np.float64).reshape(-1, 4),
+                   np.asarray(gt_xyxy, np.float64).reshape(-1, 4))
 
 
 def _greedy(iou: np.ndarray, allowed: np.ndarray, order: np.ndarray, iou_thres: float,

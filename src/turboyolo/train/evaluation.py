@@ -62,7 +62,7 @@ def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
     device = resolve_device(options.device)
     model.to(device)
     scan = scan_dataset(data, options.split)
-    log(scan.summary())
+    log(scan.console_text())  # the summary and the excluded files by name
     names = scan.names or [str(k) for k in range(model.num_classes)]
     if len(names) != model.num_classes:
         raise ConfigError(f"{data}: {len(names)} class names but the model has {model.num_classes} classes; "
@@ -70,7 +70,9 @@ def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
                           workers=options.workers, shuffle=False, rect=options.rect)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         conf_thres=options.conf_thres, iou_thres=options.iou_thres, nms_thres=options.nms_thres,
-                         max_det=options.max_det,
+                         conf_thres=options.conf_thres, iou_thres=options.iou_thres,
+                         nms_thres=options.nms_thres, max_det=options.max_det,
                          amp_dtype=amp_dtype_for(device, options.amp), backend=options.backend)
+    if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
+        log(loader.dropped_summary())
     return result, names

@@ -14,7 +14,11 @@ weights are evaluated; checkpoints hold the full state and ``--resume`` continue
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,14 +29,14 @@ import yaml
 
 from turboyolo.data.loader import default_workers
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import FlagError, WeightsError
+from turboyolo.errors import FlagError, OutputError, TrainingInterrupted, printable
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import (
     export_weights,
     init_head_priors,
     load_pretrained,
-    read_checkpoint,
+    read_training_checkpoint,
     save_darknet_weights,
 )
 from turboyolo.model.zoo import with_classes
@@ -51,6 +55,7 @@ from turboyolo.train.recipe import check_anchors, describe, resolve
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
 VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)  # the disk said no
 
 
 @dataclass
@@ -79,6 +84,7 @@ class StopRule:
     limit_s: float  # 0: no limit
     stop_at_iteration: int | None = None  # tests: stop as an interruption would
     broadcast: bool = False  # under torchrun with a time limit: rank 0's clock decides for all
+    ctrl_c: bool = False  # set by the SIGINT handler (:func:`catch_ctrl_c`)
     patience: int = 0  # epochs without a better fitness before stopping (0: never)
     planned_iterations: int = 0  # where the schedule ends (--max-batches or --epochs), for the messages
     distributed_run: bool = False  # under torchrun: rank 0 (which evaluates) decides patience for all
@@ -86,7 +92,7 @@ class StopRule:
     def reason(self, state: TrainState, train_seconds: float) -> str | None:
         """None to go on, else why the run stops (``interrupted``, ``max_batches``, ``epochs``, ...)."""
         why = None
-        if self.stop_at_iteration is not None and state.iteration >= self.stop_at_iteration:
+        if self.ctrl_c or (self.stop_at_iteration is not None and state.iteration >= self.stop_at_iteration):
             why = INTERRUPTED
         elif self.max_iterations and state.iteration >= self.max_iterations:
             why = "max_batches"
@@ -127,6 +133,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     try:
         mini_batch = check_batching(spec, env.world_size)
         data = load_data(run, mini_batch)
+        if env.is_main:
+            data.write_report(run.run_dir)
         spec = fit_to_data(run, data)
         device = distributed.device_for(env, resolve_device(config.runtime.device))
         state = build_state(config, spec, env, device, run.resume_state, say)
@@ -136,7 +144,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     amp_dtype = amp_dtype_for(device, config.runtime.amp)
     options = StepOptions(device=device, amp_dtype=amp_dtype, clip_norm=config.runtime.clip_norm,
                           channels_last=config.runtime.channels_last, log_interval=config.output.log_interval)
-    logger = RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main else SilentLogger()
+    logger = (RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main
+              else SilentLogger())
     monitor = GpuMonitor(device)
     advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
                               default_workers() + 1)
@@ -155,6 +164,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         say(line)
     if run.resume_state is None:
         logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
+    restore_sigint = catch_ctrl_c(stop, say)
     try:
         while reason is None:
             data.train.set_epoch(state.epoch, state.epoch_start_sample, mix=mixing(state.epoch, run, say))
@@ -173,6 +183,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                     if warning:
                         say(warning)
                     logger.scalars(values, state.iteration)
+                writer.poll()  # a checkpoint write that failed in the background stops the run now
                 reason = stop.reason(state, train_seconds + time.perf_counter() - epoch_start)
                 if reason is not None:
                     break
@@ -184,34 +195,49 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                 state.epoch += 1
                 state.epoch_batches = state.epoch_start_sample = 0
                 reason = reason or stop.reason(state, train_seconds)
-            replaced = data.train.replaced_summary()
-            if replaced:
-                say(replaced)
-            paths = [weights_dir / "last.pt"]
+            if data.train.replaced_summary():
+                say(data.train.replaced_summary())
+            paths, evaluated = [weights_dir / "last.pt"], None
             interval = config.eval.evaluation_interval
             if interval and reason != INTERRUPTED and (reason is not None or state.epoch % interval == 0):
                 keep = VAL_PLOT_IMAGES if env.is_main else 0
-                result, shown = validate(state, data, config, device, amp_dtype, keep=keep)
-                if result is not None:
+                evaluated, shown = validate(state, data, config, device, amp_dtype, keep=keep)
+                if data.val.dropped_summary():
+                    say(data.val.dropped_summary())
+                if evaluated is not None:  # rank 0 (the others sent it their shard)
+                    result = evaluated
                     report_evaluation(result, state, config, data.names, train_seconds, reason, finished, say)
                     logger.evaluation(result, data.names, epoch=state.epoch, iteration=state.iteration,
                                       shown=shown, labels=data.val_labels)
                     if improves_best(state, result):
                         paths.append(weights_dir / "best.pt")
                 reason = reason or stop.after_evaluation(state)
-            if finished and config.output.checkpoint_interval and state.epoch % config.output.checkpoint_interval == 0:
+            keep_every = config.output.checkpoint_interval
+            if finished and keep_every and state.epoch % keep_every == 0:
                 paths.append(weights_dir / f"epoch{state.epoch}.pt")
-            if finished or result is not None:
-                logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, result, finished))
+            if finished or evaluated is not None:
+                logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, evaluated, finished))
             state.last_checkpoint = str(weights_dir / "last.pt")
             if env.is_main:
                 writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        raise output_failure(err, run) from err  # results.csv, plots, logs: the folder stopped taking writes
     finally:
+        restore_sigint()
+        if env.is_main and (data.train.replaced or data.val.dropped):
+            with contextlib.suppress(OSError):  # the files that broke during the run join the scan's list
+                data.write_report(run.run_dir)
         progress.close()
         monitor.close()
         writer.close()
         logger.close()
         distributed.cleanup()
+    if stop.ctrl_c:
+        raise TrainingInterrupted(f"stopped at iteration {state.iteration} (epoch {state.epoch + 1}); "
+                                  f"{weights_dir / 'last.pt'} holds that exact position: continue with "
+                                  f"`turboyolo train --resume {weights_dir / 'last.pt'}`")
     if stop.message(reason, state):
         say(stop.message(reason, state))
     if env.is_main and reason != INTERRUPTED:
@@ -283,7 +309,8 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     else:
         spec = apply_overrides(parse_cfg(config.cfg), config)
         config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
-        made = next_run_dir(config.output.project, config.output.name, config.output.exist_ok) if env.is_main else None
+        output = config.output
+        made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
@@ -292,16 +319,6 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         (run_dir / "model.cfg").write_text(format_cfg(spec))
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
     return run
-
-
-def read_training_checkpoint(path: str | Path) -> dict:
-    """A checkpoint ``--resume`` can continue: a turboyolo training checkpoint, or a clear error."""
-    state = read_checkpoint(path)
-    missing = [key for key in ("config", "cfg_text", "model", "optimizer", "iteration") if key not in state]
-    if missing:
-        raise WeightsError(f"{path}: not a turboyolo training checkpoint (no {', '.join(missing)}), so "
-                           "there is no run to resume; start a new run with --weights to load its tensors")
-    return state
 
 
 def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
@@ -338,7 +355,8 @@ def load_data(run: Run, mini_batch: int) -> RunData:
     env = run.env
 
     def build() -> RunData:
-        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say)
+        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say,
+                             report=run.run_dir / "scan_report.txt")
 
     ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
     return distributed.once_per_node(env, ready, build) or build()
@@ -397,7 +415,8 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         model.to(memory_format=torch.channels_last)
     net = spec.net
     optimizer = build_optimizer(model, net)
-    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} decay {net.decay} "
+    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} "
+        f"decay {net.decay} "
         "(from the cfg; PyTorch-YOLOv3 would use Adam when the cfg names no optimizer); "
         f"batch {net.batch} = {net.subdivisions} x {net.batch // net.subdivisions}, burn_in {net.burn_in}, "
         f"policy {net.policy}")
@@ -424,9 +443,36 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
     if env.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
-        state.ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        device_ids = [device.index] if device.type == "cuda" else None
+        state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
     return state
+
+
+def catch_ctrl_c(stop: StopRule, say: Callable[..., None]) -> Callable[[], None]:
+    """The first Ctrl-C asks :class:`StopRule` to stop after the current iteration (the checkpoint then
+    keeps the exact position); a second one stops at once. Returns the function that restores the
+    previous handler. Only the main thread can take signals: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        if stop.ctrl_c:
+            raise KeyboardInterrupt
+        stop.ctrl_c = True
+        say("\nCtrl-C: stopping after this iteration and saving its exact position (again to stop at once)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def output_failure(err: OSError, run: Run) -> OutputError:
+    """A write into the run directory failed (full disk, read-only, permission): what to do about it."""
+    last = run.weights_dir / "last.pt"
+    resume = (f"; {last} holds the last saved state: free space and continue with `turboyolo train --resume "
+              f"{last}`" if last.exists() else "")
+    return OutputError(f"could not write {printable(err.filename or run.run_dir)}: {err.strerror or err}"
+                       f"{resume}")
 
 
 # ------------------------------------------------------------------------------------ evaluation, output
@@ -449,11 +495,13 @@ def improves_best(state: TrainState, result: EvalResult) -> bool:
 
 
 def report_evaluation(result: EvalResult, state: TrainState, config: TrainConfig, names: list[str],
-                      train_seconds: float, reason: str | None, finished: bool, say: Callable[..., None]) -> None:
+                      train_seconds: float, reason: str | None, finished: bool,
+                      say: Callable[..., None]) -> None:
     """One console line (and the per-class table with ``--verbose``)."""
     where = f"epoch {state.epoch}"
     if not finished:  # e.g. "time limit at iteration 7 (epoch 2 unfinished)"
-        where = f"{(reason or 'stop').replace('_', ' ')} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
+        why = (reason or "stop").replace("_", " ")
+        where = f"{why} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
     say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  {result.summary()}  "
         f"{train_seconds / 60:.2f} min")
     if config.eval.verbose:
@@ -482,4 +530,20 @@ def finish_outputs(state: TrainState, spec: ModelSpec, weights_dir: Path, run_di
     if (weights_dir / "best.pt").exists():
         export_weights(weights_dir / "best.pt", spec, weights_dir / "best.weights")
     say(f"weights: {weights_dir} (last.pt, best.pt, last.weights, best.weights); "
-        f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; TensorBoard: {run_dir / 'tensorboard'}")
+        f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; "
+        f"TensorBoard: {run_dir / 'tensorboard'}")
+
+
+def train(cfg: str | Path | None = None, data: str | Path | None = None, weights: str | Path | None = None, *,
+          resume: str | Path | None = None, quiet: bool = False, **options) -> FitResult:
+    """Train from Python: ``turboyolo.train(cfg="my.cfg", data="my.data", weights="yolov3-tiny.weights",
+    epochs=50, cache="ram")``.
+
+    ``options`` are the flags of ``turboyolo train`` by their Python names (``img_size``, ``cache``,
+    ``max_batches``, ``evaluation_interval``, ...; see :mod:`turboyolo.train.config`). Returns the
+    :class:`FitResult`: the run directory, the last evaluation's metrics, the best fitness, iterations,
+    epochs, training minutes and why the run stopped.
+    """
+    config = TrainConfig.build(str(cfg or ""), str(data or ""), str(weights) if weights else None,
+                               str(resume) if resume else None, **options)
+    return fit(config, quiet=quiet)

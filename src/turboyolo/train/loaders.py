@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import ScanResult, scan_dataset
+from turboyolo.data.scan import ScanResult, scan_dataset, write_scan_report
 from turboyolo.formats.darknet_cfg import ModelSpec
 from turboyolo.train.config import TrainConfig
 from turboyolo.train.recipe import augment_params, image_weights, single_class
@@ -28,6 +29,11 @@ class RunData:
     train_scan: ScanResult
     val_scan: ScanResult
 
+    def write_report(self, run_dir: Path) -> Path:
+        """``scan_report.txt``: both scans in full, then every image that failed to load since."""
+        return write_scan_report(run_dir, [self.train_scan, self.val_scan],
+                                 load_failures=[*self.train.replaced, *self.val.dropped])
+
     @property
     def val_labels(self) -> dict[str, object]:
         """Validation image path -> its ground truth ``[m, 5]`` (for the val_batch pictures)."""
@@ -35,14 +41,17 @@ class RunData:
 
 
 def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: int = 0, world_size: int = 1,
-                  log: Callable[[str], None] = print) -> RunData:
-    """Scan, (optionally) cache and wrap both splits; ``mini_batch`` images per training batch."""
+                  log: Callable[[str], None] = print, report: Path | None = None) -> RunData:
+    """Scan, (optionally) cache and wrap both splits; ``mini_batch`` images per training batch.
+
+    The scan summaries (and the first excluded files) are logged; ``report`` is where the full list goes.
+    """
     img_size = spec.net.width
     val_size = config.eval.val_img_size or img_size
     train_scan = scan_dataset(config.data, "train")
     val_scan = scan_dataset(config.data, "val", train_scan.names)
     for scan in (train_scan, val_scan):
-        log(scan.summary())
+        log(scan.console_text(report=report))
     names = list(train_scan.names or val_scan.names)
     if config.data_args.single_cls:
         train_scan.samples = single_class(train_scan.samples)
@@ -60,16 +69,19 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
     if kind != "none":
         side = multiscale[1] if multiscale else img_size
         # the folders `turboyolo prepare` fills, so a cache prepared ahead of time is the one read here
-        cache = prepare_cache(train_scan.samples, side, _cache_root(config, "train", side), memory=kind, log=log)
-        val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size), memory=kind,
-                                  log=log)
+        cache = prepare_cache(train_scan.samples, side, _cache_root(config, "train", side), memory=kind,
+                              log=log)
+        val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size),
+                                  memory=kind, log=log)
     train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
                          augment=augment_params(config, spec), workers=workers, shuffle=True, seed=seed,
-                         multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on, rank=rank,
-                         world_size=world_size, image_weights=weights)
-    val = build_loader(val_scan.samples, img_size=val_size, batch_size=config.eval.eval_batch or 2 * mini_batch,
+                         multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
+                         rank=rank, world_size=world_size, image_weights=weights)
+    val_batch = config.eval.eval_batch or 2 * mini_batch
+    # evaluation is sharded too (rank 0 merges the shards) and leaves out, never replaces, a broken image
+    val = build_loader(val_scan.samples, img_size=val_size, batch_size=val_batch,
                        augment=None, workers=workers, shuffle=False, seed=seed, cache=val_cache, rank=rank,
-                       world_size=world_size, rect=config.eval.rect)  # sharded too; rank 0 merges the shards
+                       world_size=world_size, drop_broken=True, rect=config.eval.rect)
     return RunData(train, val, names, train_scan, val_scan)
 
 

@@ -24,6 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from turboyolo.boxes import cxcywh_to_xyxy
+from turboyolo.data.decode import load_image
+from turboyolo.draw import draw_boxes
+from turboyolo.errors import DataError
+
 # Class colours of the box drawings (matplotlib's tab10, as RGB).
 PALETTE = (
     (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
@@ -88,18 +93,13 @@ def plot_labels(labels: Sequence[np.ndarray], names: Sequence[str], path: str | 
 
 
 def _draw(image: torch.Tensor, boxes: np.ndarray, classes: np.ndarray, captions: list[str]) -> torch.Tensor:
-    """uint8 ``[3, H, W]`` with ``boxes`` (xyxy pixels) drawn in their class colours."""
-    from torchvision.utils import draw_bounding_boxes
-
+    """uint8 ``[3, H, W]`` with ``boxes`` (xyxy pixels) drawn in their class colours
+    (:func:`turboyolo.draw.draw_boxes`, the project's one drawing function)."""
     if not len(boxes):
         return image
-    height, width = image.shape[1:]
-    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4).copy()
-    boxes[:, 0::2] = boxes[:, 0::2].clip(0, width - 1)
-    boxes[:, 1::2] = boxes[:, 1::2].clip(0, height - 1)
-    boxes[:, 2:] = np.maximum(boxes[:, 2:], boxes[:, :2])
     colors = [PALETTE[int(c) % len(PALETTE)] for c in classes]
-    return draw_bounding_boxes(image, torch.from_numpy(boxes), labels=captions, colors=colors, width=2)
+    drawn = draw_boxes(image.permute(1, 2, 0).numpy(), boxes, colors, captions, thickness=2)
+    return torch.from_numpy(drawn).permute(2, 0, 1)
 
 
 def _save_grid(tiles: list[torch.Tensor], path: str | Path) -> Path:
@@ -202,22 +202,19 @@ def plot_val_batches(
 
     Returns the paths written (labels and pred alternating). Unreadable images are skipped.
     """
-    from PIL import Image
-
     out_dir = Path(out_dir)
     written = []
     for batch in range(min(count, math.ceil(len(shown) / per_mosaic))):
         truth_tiles, pred_tiles = [], []
         for path, dets in shown[batch * per_mosaic : (batch + 1) * per_mosaic]:
-            try:
-                image = np.asarray(Image.open(path).convert("RGB"))
-            except OSError:
+            try:  # the guarded decode, EXIF orientation applied: the picture the boxes refer to
+                image = load_image(path)
+            except DataError:  # broke since the evaluation read it: nothing to draw
                 continue
             tile, scale = _tile(image, tile_side)
             height, width = image.shape[:2]
             gt = np.asarray(labels.get(str(path), np.zeros((0, 5))), dtype=np.float64).reshape(-1, 5)
-            cx, cy, w, h = gt[:, 1] * width, gt[:, 2] * height, gt[:, 3] * width, gt[:, 4] * height
-            gt_boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1) * scale
+            gt_boxes = cxcywh_to_xyxy(gt[:, 1:] * np.array([width, height, width, height])) * scale
             gt_classes = gt[:, 0].astype(np.int64)
             truth_tiles.append(_draw(tile, gt_boxes, gt_classes, [_name(names, c) for c in gt_classes]))
             dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)

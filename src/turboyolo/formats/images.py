@@ -1,0 +1,167 @@
+"""JPEG and PNG file structure: the integrity checks the scan and every decode share.
+
+Neither Pillow nor OpenCV reports every damaged file. A PNG chunk with a bad CRC decodes as if fine
+(Pillow checks CRCs only in ``verify()``); a JPEG whose entropy-coded data holds garbage decodes to
+grey-smeared blocks, and OpenCV only prints "Corrupt JPEG data" to stderr. These walkers read the file's
+structure from its bytes, cheaply (no pixel is decoded):
+
+- PNG: signature, IHDR first, every chunk's CRC through IEND, at least one IDAT;
+- JPEG: SOI, every marker segment's type and length up to EOI, a frame header before the first scan,
+  and inside each scan only byte-stuffed ``FF 00``, fill bytes and restart markers in sequence (random
+  bytes in a scan almost always contain an ``FF xx`` that is none of those).
+
+Not caught: scan data overwritten by bytes that still form valid codes (e.g. zeros); libjpeg itself only
+warns about those, and Pillow does not pass its warnings on.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+JPEG_SOI = b"\xff\xd8"
+
+# Markers libjpeg accepts (jdmarker.c read_markers); anything else is fatal there, and corruption here.
+_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+_SEGMENTS = _SOF | frozenset((0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD, 0xFE)) | frozenset(range(0xE0, 0xF0))
+_STANDALONE = frozenset(range(0xD0, 0xD8)) | {0x01}
+_SOS, _EOI = 0xDA, 0xD9
+
+
+def sniff(head: bytes) -> str | None:
+    """``"JPEG"``, ``"PNG"`` or None from a file's first bytes."""
+    if head.startswith(PNG_SIGNATURE):
+        return "PNG"
+    if head.startswith(JPEG_SOI):
+        return "JPEG"
+    return None
+
+
+def declared_size(data: bytes, kind: str | None) -> tuple[int, int] | None:
+    """(width, height) a PNG's IHDR or a JPEG's frame header declares, or None when not found; read
+    before any decoder sees the file, so a decompression bomb is refused by its header."""
+    if kind == "PNG" and len(data) >= 24 and data[12:16] == b"IHDR":
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if kind != "JPEG":
+        return None
+    pos, size = 2, len(data)
+    while pos + 4 <= size and data[pos] == 0xFF:
+        while pos < size and data[pos] == 0xFF:
+            pos += 1
+        if pos + 3 > size:
+            return None
+        marker = data[pos]
+        if marker in _STANDALONE:
+            pos += 1
+            continue
+        length = int.from_bytes(data[pos + 1:pos + 3], "big")
+        if marker in _SOF and pos + 8 <= size:
+            return int.from_bytes(data[pos + 6:pos + 8], "big"), int.from_bytes(data[pos + 4:pos + 6], "big")
+        if marker == _SOS or length < 2:
+            return None
+        pos += 1 + length
+    return None
+
+
+def png_problem(data: bytes | memoryview) -> tuple[str | None, bool]:
+    """(what is wrong with this PNG or None, whether an eXIf chunk follows the image data).
+
+    Walks every chunk: length within the file, ASCII type, CRC-32 of type + data, IHDR first, IEND last.
+    """
+    view = memoryview(data)
+    size = len(view)
+    if bytes(view[:8]) != PNG_SIGNATURE:
+        return "not a PNG file (bad signature)", False
+    pos, seen_data, late_exif = 8, False, False
+    while True:
+        if pos + 12 > size:
+            return f"truncated PNG: the file ends at byte {size} before the IEND chunk", late_exif
+        length = int.from_bytes(view[pos:pos + 4], "big")
+        kind = bytes(view[pos + 4:pos + 8])
+        end = pos + 12 + length
+        if not kind.isalpha():
+            return f"damaged PNG: no chunk at byte {pos} (type {kind!r})", late_exif
+        if length > 0x7FFFFFFF or end > size:
+            return (f"truncated PNG: chunk {kind.decode()} at byte {pos} needs {length} bytes, the file ends "
+                    f"at byte {size}"), late_exif
+        if pos == 8 and kind != b"IHDR":
+            return f"damaged PNG: the first chunk is {kind.decode()}, not IHDR", late_exif
+        if zlib.crc32(view[pos + 4:end - 4]) != int.from_bytes(view[end - 4:end], "big"):
+            return f"damaged PNG: CRC mismatch in chunk {kind.decode()} at byte {pos}", late_exif
+        if kind == b"IDAT":
+            seen_data = True
+        elif kind == b"eXIf" and seen_data:
+            late_exif = True
+        elif kind == b"IEND":
+            break
+        pos = end
+    if not seen_data:
+        return "damaged PNG: no image data (IDAT chunk)", late_exif
+    return None, late_exif
+
+
+def jpeg_problem(data: bytes) -> str | None:
+    """What is wrong with this JPEG's structure, or None (see the module docstring for the rules).
+
+    Inside a scan ``FF 00`` is a stuffed FF, ``FF FF`` fill and ``FF D0``..``FF D7`` a restart marker;
+    any other ``FF xx`` ends the scan and must be a marker that may follow one.
+
+    Data after the end-of-image marker (camera trailers, a second picture in an MPO) is allowed.
+    """
+    size = len(data)
+    if data[:2] != JPEG_SOI:
+        return "not a JPEG file (no start-of-image marker)"
+    pos, frame = 2, False
+    ff = after = restart = ends_scan = None
+    while True:
+        if pos >= size:
+            return f"truncated JPEG: the file ends at byte {size} before the end-of-image marker"
+        if data[pos] != 0xFF:
+            return f"corrupt JPEG: stray bytes at byte {pos} where a marker should start"
+        while pos < size and data[pos] == 0xFF:  # fill bytes
+            pos += 1
+        if pos >= size:
+            return f"truncated JPEG: the file ends at byte {size} inside a marker"
+        marker, at = data[pos], pos - 1
+        pos += 1
+        if marker == _EOI:
+            return None if frame else "corrupt JPEG: end-of-image marker before any image data"
+        if marker in _STANDALONE:
+            continue
+        if marker not in _SEGMENTS:
+            return f"corrupt JPEG: invalid marker 0xFF{marker:02X} at byte {at}"
+        if pos + 2 > size:
+            return f"truncated JPEG: the file ends at byte {size} inside a marker"
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        if length < 2 or pos + length > size:
+            what = "truncated" if length >= 2 else "corrupt"
+            return f"{what} JPEG: marker 0xFF{marker:02X} at byte {at} declares {length} bytes past the end"
+        pos += length
+        if marker in _SOF:
+            if frame:
+                return f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {at}"
+            frame = True
+        elif marker == _SOS:
+            if not frame:
+                return f"corrupt JPEG: scan at byte {at} before any frame header"
+            if ff is None:  # every FF of the file and the byte after it, found once
+                array = np.frombuffer(data, np.uint8)
+                ff = np.flatnonzero(array[:-1] == 0xFF)
+                after = array[ff + 1]
+                restart = (after >= 0xD0) & (after <= 0xD7)
+                ends_scan = (after != 0x00) & (after != 0xFF) & ~restart
+            first = int(np.searchsorted(ff, pos))
+            stops = np.flatnonzero(ends_scan[first:])
+            if not len(stops):
+                return (f"truncated JPEG: the image data that starts at byte {pos} runs to the end of the "
+                        "file without an end-of-image marker")
+            stop = first + int(stops[0])
+            numbers = after[first:stop][restart[first:stop]].astype(np.int64) - 0xD0
+            wrong = np.flatnonzero(numbers != np.arange(len(numbers)) % 8)
+            if len(wrong):
+                where = int(ff[first:stop][restart[first:stop]][wrong[0]])
+                return (f"corrupt JPEG: restart marker out of sequence at byte {where} (garbage in the "
+                        "image data)")
+            pos = int(ff[stop])

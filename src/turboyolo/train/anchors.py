@@ -1,0 +1,134 @@
+"""The ``turboyolo anchors`` job: anchors fitted to a data set's boxes, compared with the ones a cfg trains.
+
+The fitting itself (letterbox box sizes, k-means with 1 - IoU, mean IoU / recall / used) is
+:mod:`turboyolo.data.anchors`; this module adds what needs the model side too: the cfg's current
+anchors (or the zoo's COCO ones when no cfg is given) and the cfg rewritten with the fitted anchors.
+It lives in the training wing because it stands above both ``data`` and ``model``, which never
+import each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from turboyolo.data.anchors import AnchorFit, anchor_fit, kmeans_anchors, letterbox_box_sizes
+from turboyolo.errors import ConfigError, DataError, FlagError
+
+
+@dataclass
+class AnchorReport:
+    """Fitted anchors and, when there is a reference, the current ones on the same boxes."""
+
+    boxes_wh: np.ndarray  # float64 [M, 2]: every box's (w, h) in letterbox pixels
+    img_size: tuple[int, int]  # (width, height) of the letterbox
+    fitted: AnchorFit
+    current: AnchorFit | None = None
+    current_name: str = ""  # the cfg's file name, or "yolov3 COCO" / "yolov3-tiny COCO"
+    written: Path | None = None  # the rewritten cfg (``output``)
+
+    def summary(self) -> str:
+        """The box sizes, a table (mean IoU, recall, used) and the anchors in Darknet's format."""
+        w, h = self.boxes_wh[:, 0], self.boxes_wh[:, 1]
+        thresh = self.fitted.thresh
+        lines = [
+            f"{len(self.boxes_wh)} boxes at {self.img_size[0]}x{self.img_size[1]} letterbox: width "
+            f"{w.min():.0f}-{w.max():.0f} px (median {np.median(w):.0f}), "
+            f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f})"
+        ]
+        rows = [("fitted (k-means, 1 - IoU)", self.fitted)]
+        if self.current is not None:
+            rows.insert(0, (f"current ({self.current_name})", self.current))
+        width = max(len(name) for name, _ in rows)
+        lines.append(f"{'anchors':<{width}}  mean IoU  recall@{thresh:g}  used")
+        for name, fit in rows:
+            used = f"{fit.used}/{len(fit.anchors)}"
+            lines.append(f"{name:<{width}}  {fit.mean_iou:8.3f}  {fit.recall:10.1%}  {used}")
+        lines += [f"{name.split(' ')[0]}: {fit.text()}" for name, fit in rows]
+        if self.written is not None:
+            lines.append(f"wrote {self.written}")
+        else:
+            lines.append(f'use them: turboyolo cfg ARCH --num-classes N --anchors "{self.fitted.text()}"')
+        return "\n".join(lines)
+
+
+def anchor_report(
+    data: str | Path,
+    split: str = "train",
+    *,
+    cfg: str | Path | None = None,
+    num: int | None = None,
+    img_size: int | tuple[int, int] | None = None,
+    thresh: float = 0.5,
+    restarts: int = 10,
+    seed: int = 0,
+    output: str | Path | None = None,
+    log: Callable[[str], object] = print,
+) -> AnchorReport:
+    """Fit ``num`` anchors to the boxes of ``split`` and score them next to the current anchors.
+
+    Args:
+        data: a .data, data.yaml or image folder.
+        cfg: compare with this cfg's anchors (its first [yolo] layer) and take its input size.
+        num: anchors to fit; default: the cfg's count, else 9. With 6 or 9 and no cfg, the
+            yolov3-tiny / yolov3 COCO anchors are the reference.
+        img_size: letterbox side or (width, height); default: the cfg's, else 416.
+        thresh: IoU a box needs with its best anchor to count as recalled.
+        restarts: k-means++ starts (the best is kept); ``seed`` makes the result deterministic.
+        output: write ``cfg`` with the fitted anchors to this file.
+        log: receives the data set's scan summary.
+    Raises:
+        ConfigError: the cfg has no [yolo] layer; ``output`` without ``cfg``, or with a ``num``
+            other than the cfg's count.
+        FlagError: ``num`` < 1, a bad ``img_size``, ``thresh`` outside (0, 1].
+        DataError: the split has no boxes, or fewer distinct box sizes than ``num``.
+    """
+    from turboyolo.data.scan import scan_dataset
+    from turboyolo.formats.darknet_cfg import YoloSpec, parse_cfg, write_cfg
+    from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
+
+    spec = parse_cfg(cfg) if cfg else None
+    current, current_name = None, ""
+    if spec is not None:
+        yolo = next((layer for layer in spec.layers if isinstance(layer, YoloSpec)), None)
+        if yolo is None:
+            raise ConfigError(f"{cfg}: no [yolo] layer, so no anchors to compare with")
+        current, current_name = yolo.anchors, Path(cfg).name
+    num = num or (len(current) if current else 9)
+    if current is None and num in (6, 9):
+        current = TINY_ANCHORS if num == 6 else COCO_ANCHORS
+        current_name = "yolov3-tiny COCO" if num == 6 else "yolov3 COCO"
+    if num < 1:
+        raise FlagError(f"--num must be >= 1, got {num}")
+    if output and spec is None:
+        raise ConfigError("-o/--output rewrites a cfg: pass it with --cfg (or use `turboyolo cfg --anchors`)")
+    if output and current is not None and len(current) != num:
+        raise ConfigError(f"--num {num} but {cfg} has {len(current)} anchors; drop --num or -o")
+    if img_size is None:
+        size = (spec.net.width, spec.net.height) if spec is not None else (416, 416)
+    else:
+        size = (img_size, img_size) if isinstance(img_size, int) else (img_size[0], img_size[-1])
+        if min(size) <= 0:
+            raise FlagError(f"--img-size must be positive, got {size[0]}x{size[1]}")
+    if not 0 < thresh <= 1:
+        raise FlagError(f"--thresh must lie in (0, 1], got {thresh}")
+
+    scan = scan_dataset(data, split)
+    samples = [s for s in scan.samples if len(s.labels)]
+    boxes = letterbox_box_sizes([s.labels for s in samples], [s.hw for s in samples], size)
+    log(scan.console_text())
+    if len(boxes) == 0:
+        raise DataError(f"{data}: the {split} split has no boxes to fit anchors to")
+    try:
+        fitted = kmeans_anchors(boxes, num, restarts=restarts, seed=seed, thresh=thresh)
+    except ValueError as err:
+        raise DataError(f"{data}: {err}; lower --num") from None
+    report = AnchorReport(boxes, size, fitted)
+    if current is not None:
+        report.current, report.current_name = anchor_fit(boxes, current, thresh), current_name
+    if output:
+        report.written = write_cfg(with_anchors(spec, tuple(map(tuple, fitted.anchors))), output)
+    return report

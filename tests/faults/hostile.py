@@ -1,0 +1,169 @@
+"""Hostile inputs for the fault-injection tests: damaged images, odd file names, link loops, pickles.
+
+Every maker writes one file and returns its path; the bytes are deterministic (seeded).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+LATIN1_NAME = b"caf\xe9.jpg"  # a Latin-1 byte: not valid UTF-8, so Python sees a surrogate escape
+
+
+def smooth_rgb(height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:
+    """A smooth colour image (compresses like a photo, so JPEG scans are long enough to corrupt)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    phase = rng.uniform(0, 6.28, 3)
+    channels = [127 + 120 * np.sin(x / (5 + 3 * k) + y / (7 + 2 * k) + phase[k]) for k in range(3)]
+    return np.stack(channels, axis=2).astype(np.uint8)
+
+
+def good_jpeg(path: Path, height: int = 48, width: int = 64, seed: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(smooth_rgb(height, width, seed)).save(path, quality=90)
+    return path
+
+
+def good_png(path: Path, height: int = 48, width: int = 64, seed: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(smooth_rgb(height, width, seed)).save(path, format="PNG")  # PNG whatever the suffix
+    return path
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def bomb_png(path: Path, side: int = 30000) -> Path:
+    """A ~100-byte PNG whose header declares ``side`` x ``side`` pixels (a decompression bomb: a real
+    one would inflate to ``side``^2 bytes; the header is what every reader must refuse)."""
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)  # 8-bit grayscale
+    rows = zlib.compress(b"\x00" * (side + 1) * 4)  # a few valid rows; the rest would follow
+    data = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", rows) + _chunk(b"IEND", b"")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def truncated_jpeg(path: Path) -> Path:
+    data = good_jpeg(path).read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def mid_corrupt_jpeg(path: Path, seed: int = 3) -> Path:
+    """Valid header and end marker, random bytes over the middle of the image data (what a bad disk
+    sector or a broken copy leaves)."""
+    data = bytearray(good_jpeg(path, 96, 128).read_bytes())
+    start = data.index(b"\xff\xda") + 20
+    middle = (start + len(data) - 2) // 2
+    garbage = np.random.default_rng(seed).integers(0, 256, 400, dtype=np.uint8).tobytes()
+    data[middle - 200 : middle + 200] = garbage
+    assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def bad_crc_png(path: Path) -> Path:
+    """A PNG whose pixels decode fine but whose IDAT CRC is wrong (Pillow draws it without a word)."""
+    data = bytearray(good_png(path).read_bytes())
+    idat = data.index(b"IDAT")
+    length = struct.unpack(">I", data[idat - 4 : idat])[0]
+    crc_at = idat + 4 + length
+    data[crc_at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def zero_byte(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return path
+
+
+def text_as_jpeg(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("this is a text file with a .jpg name\n")
+    return path
+
+
+# name -> (maker, words one of which the reason must contain)
+HOSTILE_IMAGES = {
+    "bomb.png": (bomb_png, ("decompression bomb",)),
+    "truncated.jpg": (truncated_jpeg, ("truncated",)),
+    "midcorrupt.jpg": (mid_corrupt_jpeg, ("corrupt",)),
+    "badcrc.png": (bad_crc_png, ("CRC",)),
+    "zero.jpg": (zero_byte, ("zero-byte",)),
+    "text.jpg": (text_as_jpeg, ("not a readable image",)),
+}
+
+
+def write_hostile_images(folder: Path) -> dict[str, tuple[str, ...]]:
+    """Every hostile image into ``folder``; returns {file name: words its reason must contain}."""
+    for name, (maker, _) in HOSTILE_IMAGES.items():
+        maker(folder / name)
+    return {name: words for name, (_, words) in HOSTILE_IMAGES.items()}
+
+
+def odd_name(folder: Path, raw: bytes) -> Path:
+    """``folder / raw`` where ``raw`` may hold any bytes (``os.fsdecode`` gives the surrogate-escaped
+    str Python uses for it)."""
+    return Path(folder) / os.fsdecode(raw)
+
+
+def link_loop(root: Path) -> Path:
+    """``root/a/b/up -> ..`` and ``root/a/self -> ../a``: folder links that lead back up forever."""
+    (root / "a" / "b").mkdir(parents=True, exist_ok=True)
+    os.symlink("..", root / "a" / "b" / "up")
+    os.symlink("../a", root / "a" / "self")
+    return root
+
+
+class Planted:
+    """A pickle payload that creates ``marker`` when unpickled (what a planted cache file would do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def planted_pickle(path: Path, marker: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"entries": Planted(marker)}))
+    return path
+
+
+def planted_checkpoint(path: Path, marker: Path) -> Path:
+    """A ``.pt`` written by ``torch.save`` whose unpickling would create ``marker``."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"model": Planted(marker)}, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+def make_split(root: Path, count: int = 4, seed: int = 0) -> list[Path]:
+    """``root/images/*.jpg`` with one box each in ``root/labels``, and ``root/m.names`` (2 classes)."""
+    from turboyolo.formats.labels import write_yolo_labels
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "m.names").write_text("apple\nbanana\n")
+    paths = []
+    for i in range(count):
+        path = good_jpeg(root / "images" / f"img{i}.jpg", 48, 64, seed + i)
+        write_yolo_labels(root / "labels" / f"img{i}.txt", np.array([[i % 2, 0.5, 0.5, 0.2 + 0.1 * i, 0.3]]))
+        paths.append(path)
+    return paths

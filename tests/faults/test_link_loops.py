@@ -1,0 +1,34 @@
+"""Folder links that loop back up: a folder data set, a ``**`` glob in detect and the scan all end,
+each real folder entered once, and the link not followed again is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from faults.hostile import good_jpeg, link_loop, make_split
+
+
+# a fresh process (about 10 s of imports on 2 busy cores), so a regression cannot hang pytest
+@pytest.mark.slow
+def test_detect_glob_through_a_link_loop_ends(tmp_path, cli, tiny_model):
+    cfg, weights, names, _ = tiny_model
+    root = link_loop(tmp_path / "tree")
+    good_jpeg(root / "a" / "x.jpg")
+    good_jpeg(root / "a" / "b" / "y.jpg", seed=1)
+    run = cli("detect", f"{root}/**/*.jpg", "--cfg", cfg, "--weights", weights, "--no-draw",
+              "--project", tmp_path / "runs", "--name", "d", process=True, timeout=120)
+    run.assert_clean(0)
+    assert "2 images" in run.output
+    run = cli("detect", root, "--cfg", cfg, "--weights", weights, "--no-draw",
+              "--project", tmp_path / "runs", "--name", "f")
+    run.assert_clean(0)
+    assert "2 images" in run.output and "not followed again" in run.output and "self" in run.output
+
+
+def test_scan_of_a_folder_with_a_link_loop_ends_and_says_so(tmp_path, cli):
+    make_split(tmp_path / "set", count=3)
+    link_loop(tmp_path / "set" / "images")
+    run = cli("anchors", "--data", tmp_path / "set" / "images", "--num", 2, "--restarts", 1)
+    run.assert_clean(0)
+    assert "3 images found" in run.output and "2 warnings" in run.output
+    assert "a/b/up: links to a folder already listed; not followed again" in run.output
