@@ -149,7 +149,7 @@ class LossArgs:
                                            "--label-smoothing", "--label-smooth-eps", type=float,
                                            metavar="EPS")
     autoanchor: bool = option(False, "when the cfg's anchors cover the training boxes poorly (best-possible "
-                              "recall < 98%), fit new ones (k-means) and train with them (model.cfg)",
+                              "recall < 98%%), fit new ones (k-means) and train with them (model.cfg)",
                               action="store_true")
 
     def check(self) -> None:
