@@ -87,7 +87,9 @@ def test_bad_number_names_key_and_line():
 
 
 def test_unsupported_keys_are_errors():
-    with pytest.raises(ConfigError, match=r":19: `groups` in \[convolutional\] changes the network's outputs"):
+    with pytest.raises(
+        ConfigError, match=r":19: `groups` in \[convolutional\] changes the network's outputs"
+    ):
         parse_cfg_text(TINY_NET + "\n[convolutional]\nfilters=4\nsize=1\ngroups=2\n" + HEAD)
     with pytest.raises(ConfigError, match="antialiasing"):
         parse_cfg_text(TINY_NET + "\n[maxpool]\nsize=2\nstride=2\nantialiasing=1\n" + HEAD)
@@ -96,8 +98,10 @@ def test_unsupported_keys_are_errors():
     with pytest.raises(ConfigError, match=r"`iou_loss=siou` is not a valid value \(use one of mse, iou"):
         parse_cfg_text(TINY_NET + HEAD + "iou_loss=siou\n")
     with pytest.raises(ConfigError, match="group_id=2: need groups >= 1 and 0 <= group_id < groups"):
-        parse_cfg_text(TINY_NET + "\n[convolutional]\nfilters=4\nsize=1\n\n[route]\nlayers=-1\ngroups=2\n"
-                       "group_id=2\n" + HEAD)
+        parse_cfg_text(
+            TINY_NET + "\n[convolutional]\nfilters=4\nsize=1\n\n[route]\nlayers=-1\ngroups=2\n"
+            "group_id=2\n" + HEAD
+        )
 
 
 def test_unknown_harmless_key_kept_and_warned_once():
@@ -122,9 +126,13 @@ def test_training_only_keys_switched_off_are_quiet():
 
 
 def test_alexeyab_yolo_keys_round_trip():
-    text = TINY_NET + HEAD + (
-        "scale_x_y = 1.05\nnew_coords=1\niou_thresh=0.213\niou_loss=ciou\niou_normalizer=0.07\n"
-        "obj_normalizer=4.0\ncls_normalizer=0.5\nmax_delta=5\nnms_kind=diounms\nbeta_nms=0.6\n"
+    text = (
+        TINY_NET
+        + HEAD
+        + (
+            "scale_x_y = 1.05\nnew_coords=1\niou_thresh=0.213\niou_loss=ciou\niou_normalizer=0.07\n"
+            "obj_normalizer=4.0\ncls_normalizer=0.5\nmax_delta=5\nnms_kind=diounms\nbeta_nms=0.6\n"
+        )
     )
     spec = parse_cfg_text(text)
     yolo = spec.layers[-1]
@@ -138,10 +146,14 @@ def test_alexeyab_yolo_keys_round_trip():
 
 
 def test_route_groups_and_maxpool_depth_round_trip():
-    text = TINY_NET + (
-        "\n[convolutional]\nfilters=8\nsize=1\n\n[route]\nlayers=-1\ngroups=2\ngroup_id=1\n"
-        "\n[maxpool]\nmaxpool_depth=1\nout_channels=2\nstride=1\nsize=1\n"
-    ) + HEAD
+    text = (
+        TINY_NET
+        + (
+            "\n[convolutional]\nfilters=8\nsize=1\n\n[route]\nlayers=-1\ngroups=2\ngroup_id=1\n"
+            "\n[maxpool]\nmaxpool_depth=1\nout_channels=2\nstride=1\nsize=1\n"
+        )
+        + HEAD
+    )
     spec = parse_cfg_text(text)
     route, pool = spec.layers[1], spec.layers[2]
     assert (route.groups, route.group_id) == (2, 1)

@@ -31,7 +31,12 @@ EXPECTED = {
     "yolov4-csp": (52_921_437, 52_986_205),
     "yolov7-tiny": (6_227_101, 6_241_885),
 }
-HEAD_STRIDES = {"yolov4-tiny": [32, 16], "yolov4": [8, 16, 32], "yolov4-csp": [8, 16, 32], "yolov7-tiny": [8, 16, 32]}
+HEAD_STRIDES = {
+    "yolov4-tiny": [32, 16],
+    "yolov4": [8, 16, 32],
+    "yolov4-csp": [8, 16, 32],
+    "yolov7-tiny": [8, 16, 32],
+}
 
 
 def canonical_text(name: str) -> str:
