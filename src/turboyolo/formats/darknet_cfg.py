@@ -7,7 +7,8 @@ yolov4-csp and yolov7-tiny cfgs. Keys fall in four groups:
 
 - implemented: typed fields of the specs below;
 - training-only (:data:`TRAINING_ONLY_KEYS`): Darknet training settings turboyolo's trainer does not
-  reproduce; kept in ``extra`` (written back) and warned once with the reason;
+  reproduce; kept in ``extra`` (written back); ``turboyolo train`` prints them with the reason
+  (:func:`training_only_notes`), inference ignores them silently;
 - unsupported (:data:`UNSUPPORTED_KEYS`): they would change the network's outputs and are not computed
   here: errors naming the key and the line;
 - anything else: kept in ``extra`` and warned once as unknown.
@@ -273,21 +274,15 @@ class _Section:
                     "implemented by turboyolo; remove it or use a cfg without it"
                 )
         extra = tuple((k, raw) for k, (raw, _) in self.values.items())
-        training_only = TRAINING_ONLY_KEYS.get(self.name, {})
+        known = QUIET_KEYS.get(self.name, set()) | set(TRAINING_ONLY_KEYS.get(self.name, ()))
         for key, _ in extra:
             tag = f"{self.name}.{key}"
-            quiet = key in QUIET_KEYS.get(self.name, ())
-            if tag in warned or quiet or (key in training_only and _is_off(key, self.values[key][0])):
+            if tag in warned or key in known:  # training-only keys: training_only_notes() at training
                 continue
             warned.add(tag)
-            if key in training_only:
-                message = (
-                    f"{self.where(key)}: `{key}` in [{self.name}] is a Darknet training setting turboyolo "
-                    f"does not implement ({training_only[key]}); kept in the cfg, ignored"
-                )
-            else:
-                message = f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored"
-            warnings.warn(message, stacklevel=4)
+            warnings.warn(
+                f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored", stacklevel=4
+            )
         return extra
 
 
@@ -547,6 +542,23 @@ def parse_cfg(path: str | Path) -> ModelSpec:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read as a text .cfg ({err})") from err
     return parse_cfg_text(text, str(path))
+
+
+def training_only_notes(spec: ModelSpec) -> list[str]:
+    """One line per Darknet training setting of ``spec`` that turboyolo's trainer does not reproduce
+    (:data:`TRAINING_ONLY_KEYS`, switched on); ``turboyolo train`` prints them. Inference ignores them."""
+    notes, seen = [], set()
+    sections = [("net", spec.net)] + [(SECTION_OF[type(layer)], layer) for layer in spec.layers]
+    for section, item in sections:
+        reasons = TRAINING_ONLY_KEYS.get(section, {})
+        for key, raw in item.extra:
+            if key in reasons and not _is_off(key, raw) and (section, key) not in seen:
+                seen.add((section, key))
+                notes.append(
+                    f"[{section}] {key}={raw} is a Darknet training setting turboyolo does not implement "
+                    f"({reasons[key]}); ignored"
+                )
+    return notes
 
 
 def resolve_index(ref: int, index: int) -> int:

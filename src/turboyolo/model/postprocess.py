@@ -27,20 +27,26 @@ def cell_grid(height: int, width: int, device=None) -> torch.Tensor:
 
 
 def decode_boxes(
-    raw: torch.Tensor, head, grid: torch.Tensor, anchors: torch.Tensor, stride: torch.Tensor | float
+    raw: torch.Tensor,
+    head,
+    grid: torch.Tensor,
+    anchors: torch.Tensor,
+    stride: torch.Tensor | float,
+    max_log_wh: float | None = None,
 ) -> torch.Tensor:
     """One head's raw (tx, ty, tw, th) ``[..., 4]`` -> (cx, cy, w, h) in input pixels, Darknet's way.
 
     ``grid`` (cell x, y) and ``anchors`` (w, h in pixels) broadcast against ``raw[..., :2]``. Plain
     heads: xy = sigmoid(t) * s - (s - 1) / 2 + cell, wh = exp(t) * anchor (s = ``scale_x_y``). Heads
     with ``new_coords`` (YOLOv7; the convolution already applied the logistic): xy = t * s - (s - 1) / 2
-    + cell, wh = (2 t)^2 * anchor.
+    + cell, wh = (2 t)^2 * anchor. ``max_log_wh`` caps tw, th of plain heads (the loss: no overflow).
     """
     scale = head.scale_x_y
     if head.new_coords:
         xy, wh = raw[..., :2], (2 * raw[..., 2:4]).pow(2)
     else:
-        xy, wh = raw[..., :2].sigmoid(), torch.exp(raw[..., 2:4])
+        log_wh = raw[..., 2:4] if max_log_wh is None else raw[..., 2:4].clamp(max=max_log_wh)
+        xy, wh = raw[..., :2].sigmoid(), torch.exp(log_wh)
     if scale != 1.0:  # kept out of the plain case so YOLOv3's numbers stay bit for bit what they were
         xy = xy * scale - 0.5 * (scale - 1.0)
     return torch.cat(((xy + grid) * stride, wh * anchors), -1)
