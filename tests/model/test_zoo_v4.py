@@ -123,7 +123,7 @@ def test_cfg_command_writes_the_family(arch, tmp_path):
     "exporter, archs",
     [
         pytest.param("dynamo", ("yolov7-tiny", "yolov4-tiny"), marks=pytest.mark.slow),
-        ("torchscript", ("yolov7-tiny",)),  # yolov4-tiny: tests/train/test_train_v4.py
+        pytest.param("torchscript", ("yolov7-tiny",), marks=pytest.mark.slow),  # yolov4-tiny: test_train_v4
     ],
 )
 def test_family_exports_to_onnx(exporter, archs, tmp_path):
