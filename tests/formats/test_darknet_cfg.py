@@ -120,7 +120,8 @@ def test_unknown_harmless_key_kept_and_warned_once():
 
 
 def test_training_only_keys_are_noted_for_training_only():
-    text = TINY_NET + "ema_alpha=0.9998\ncutmix=0\nletter_box=1\n" + HEAD + "resize=1.5\nobjectness_smooth=0\n"
+    net_keys = "ema_alpha=0.9998\ncutmix=0\nletter_box=1\n"
+    text = TINY_NET + net_keys + HEAD + "resize=1.5\nobjectness_smooth=0\n"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # parsing (what inference does) is quiet about them
         spec = parse_cfg_text(text)

@@ -33,8 +33,8 @@ from turboyolo.formats.darknet_cfg import format_cfg
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import save_darknet_weights
+from turboyolo.model.postprocess import decode
 from turboyolo.model.zoo import make_spec
-from turboyolo.postprocess import decode
 
 HERE = Path(__file__).parent
 PHOTOS = [Path("/usr/share/darknet/data") / f"{name}.jpg" for name in ("dog", "horses", "person")]
@@ -71,7 +71,7 @@ def _opencv_runner():
 
 def _photos() -> torch.Tensor:
     from turboyolo.data.decode import load_image
-    from turboyolo.predict import darknet_letterbox
+    from turboyolo.infer.predict import darknet_letterbox
 
     if not all(path.is_file() for path in PHOTOS):
         pytest.skip("Darknet's sample photos are not installed (Debian package darknet)")

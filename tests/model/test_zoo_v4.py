@@ -130,7 +130,7 @@ def test_family_exports_to_onnx(exporter, archs, tmp_path):
     pytest.importorskip("onnxruntime")
     import numpy as np
 
-    from turboyolo.export import ExportOptions, compare_with_torch, export_onnx
+    from turboyolo.infer.export import ExportOptions, compare_with_torch, export_onnx
 
     images = np.random.default_rng(0).random((2, 3, 64, 64), dtype=np.float32)
     for arch in archs:  # yolov7-tiny: new_coords, scale_x_y 2, SPP; yolov4-tiny: route groups

@@ -164,7 +164,7 @@ SECTION_OF = {
 
 
 # What Darknet uses when a [yolo] key of YoloSpec is absent. One exception is documented in
-# turboyolo.loss: without iou_normalizer the MSE box term is pjreddie's (weight 1), as in turboyolo 0.1.
+# turboyolo.train.loss: without iou_normalizer the MSE box term is pjreddie's (weight 1), as in turboyolo 0.1.
 YOLO_DEFAULTS: dict[str, Any] = {
     "scale_x_y": 1.0,
     "new_coords": False,

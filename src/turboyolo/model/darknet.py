@@ -49,7 +49,7 @@ class HeadInfo:
     ignore_thresh: float
     truth_thresh: float
     # AlexeyAB's [yolo] keys with Darknet's defaults filled in (YOLO_DEFAULTS); iou_normalizer stays
-    # None when the cfg does not give it (turboyolo.loss documents what it then uses).
+    # None when the cfg does not give it (turboyolo.train.loss documents what it then uses).
     scale_x_y: float = 1.0
     new_coords: bool = False
     iou_thresh: float = 1.0

@@ -310,7 +310,7 @@ FAMILY: dict[str, Architecture] = {
     "yolov4": Architecture(
         yolov4_layers,
         V4_ANCHORS,
-        _net(**_V4_NET, width=608, height=608, learning_rate=0.0013, extra=(("mosaic", "1"),)),
+        _net(**_V4_NET, width=608, height=608, learning_rate=0.0013, mosaic=1.0),
         137,
     ),
     "yolov4-csp": Architecture(
@@ -321,8 +321,9 @@ FAMILY: dict[str, Architecture] = {
             width=512,
             height=512,
             learning_rate=0.001,
-            extra=(("mosaic", "1"), ("letter_box", "1"), ("ema_alpha", "0.9998")),
-        ),  # fmt: skip
+            mosaic=1.0,
+            extra=(("letter_box", "1"), ("ema_alpha", "0.9998")),
+        ),
         142,
     ),
     "yolov7-tiny": Architecture(yolov7_tiny_layers, COCO_ANCHORS, _net(), 87),
