@@ -84,6 +84,23 @@ def test_other_class_counts_resize_only_the_heads():
     assert all(((o >= 0) & (o <= 1)).all() for o in outputs)  # logistic heads: probabilities
 
 
+# floats in <arch>.conv.N; darknet53.conv.74 (pjreddie) is 162,482,580 bytes = 20 + 4 x 40,620,640, and
+# AlexeyAB lists yolov4.conv.137 at 162 MB, yolov4-tiny.conv.29 at 19 MB
+CUT_FLOATS = {
+    "yolov3": 40_620_640,
+    "yolov4": 42_509_664,
+    "yolov4-tiny": 4_947_424,
+    "yolov4-csp": 36_637_024,
+    "yolov7-tiny": 4_460_768,
+}
+
+
+@pytest.mark.parametrize("arch", sorted(CUT_FLOATS))
+def test_backbone_cut_sizes(arch):
+    model = Darknet(make_spec(arch, 80))
+    assert model.flat_weights(cutoff=BACKBONE_CUTS[arch]).size == CUT_FLOATS[arch]
+
+
 @pytest.mark.parametrize("arch", ["yolov4-tiny", "yolov4-csp", "yolov7-tiny"])
 def test_backbone_cut_round_trip(arch, tmp_path):
     spec = make_spec(arch, num_classes=2, width=64, height=64)

@@ -36,11 +36,11 @@ COCO_ANCHORS = (
 )
 TINY_ANCHORS = ((10, 14), (23, 27), (37, 58), (81, 82), (135, 169), (344, 319))
 ARCHITECTURES = ("yolov3", "yolov3-tiny", "yolov3-spp", *V4_FAMILY)
-# The layer count of each architecture's pretrained-backbone file (``<arch>.conv.N``); yolov7-tiny has
-# no official one: 87 is everything before its heads.
-BACKBONE_CUTS = {"yolov3": 75, "yolov3-spp": 75, "yolov3-tiny": 15} | {
-    name: arch.backbone_cut for name, arch in V4_FAMILY.items()
-}
+# The layer count N of each architecture's pretrained-backbone file ``<name>.conv.N`` (AlexeyAB's
+# README: darknet53.conv.74, yolov3-tiny.conv.11, yolov4-tiny.conv.29, yolov4.conv.137,
+# yolov4-csp.conv.142); yolov7-tiny has no official one: 87 is everything before its heads.
+BACKBONE_CUTS = {"yolov3": 74, "yolov3-spp": 74, "yolov3-tiny": 11}
+BACKBONE_CUTS.update({name: arch.backbone_cut for name, arch in V4_FAMILY.items()})
 
 
 def _conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
