@@ -291,8 +291,8 @@ def export_model(
     path = export_onnx(model, out, options)
     report = ExportReport(path, options, path.stat().st_size)
     if options.nms and model.heads[-1].nms_kind != "default":
-        report.note = (f"note: the cfg asks for nms_kind={model.heads[-1].nms_kind} (DIoU-NMS); the graph's ONNX "
-                       "NonMaxSuppression is IoU-based, so detections can differ from turboyolo detect's")
+        report.note = (f"note: the cfg asks for nms_kind={model.heads[-1].nms_kind} (DIoU-NMS); the graph's "
+                       "ONNX NonMaxSuppression is IoU-based: detections can differ from turboyolo detect's")
     if check:
         try:
             import onnxruntime  # noqa: F401
