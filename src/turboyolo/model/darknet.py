@@ -206,11 +206,10 @@ class Darknet(nn.Module):
 
 
 def _head_info(index: int, layer: YoloSpec, stride: float) -> HeadInfo:
-    options = {
-        key: (value if value is not None else YOLO_DEFAULTS[key])
-        for key in YOLO_DEFAULTS
-        if (value := getattr(layer, key)) is not None or key != "iou_normalizer"
-    }
+    options = {key: getattr(layer, key) for key in YOLO_DEFAULTS}
+    for key, value in options.items():
+        if value is None and key != "iou_normalizer":  # an absent iou_normalizer stays None: train/loss.py
+            options[key] = YOLO_DEFAULTS[key]
     return HeadInfo(
         layer_index=index,
         stride=int(stride),
