@@ -44,31 +44,13 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from turboyolo.boxes import aligned_iou
+from turboyolo.boxes import aligned_iou, box_iou, cxcywh_to_xyxy, wh_iou
 from turboyolo.model.darknet import HeadInfo
 from turboyolo.model.postprocess import cell_grid, decode_boxes
 
 LOSS_NAMES = ("box", "obj", "cls")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")
 MAX_LOG_WH = 10.0  # tw, th above this would overflow exp() in the loss's decode
-
-
-def wh_iou(wh1: torch.Tensor, wh2: torch.Tensor) -> torch.Tensor:
-    """IoU of boxes sharing a centre: ``[N, 2] x [K, 2] -> [N, K]`` (widths and heights)."""
-    inter = torch.min(wh1[:, None], wh2[None]).prod(-1)
-    return inter / (wh1.prod(-1)[:, None] + wh2.prod(-1)[None] - inter)
-
-
-def box_iou_cxcywh(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Pairwise IoU, boxes as (cx, cy, w, h): ``[..., P, 4] x [..., M, 4] -> [..., P, M]``."""
-    a1, a2 = a[..., :2] - a[..., 2:] / 2, a[..., :2] + a[..., 2:] / 2
-    b1, b2 = b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2
-    lt = torch.max(a1.unsqueeze(-2), b1.unsqueeze(-3))
-    rb = torch.min(a2.unsqueeze(-2), b2.unsqueeze(-3))
-    inter = (rb - lt).clamp(min=0).prod(-1)
-    area_a = a[..., 2:].prod(-1).unsqueeze(-1)
-    area_b = b[..., 2:].prod(-1).unsqueeze(-2)
-    return inter / (area_a + area_b - inter).clamp(min=1e-9)
 
 
 class YoloLoss:
@@ -176,7 +158,8 @@ class YoloLoss:
                 )
                 ignore = torch.zeros(p.shape[:4], dtype=torch.bool, device=device)
                 if gt_padded.shape[1]:
-                    iou = box_iou_cxcywh(pred_boxes.view(batch_size, -1, 4), gt_padded)  # [B, P, M]
+                    predicted = cxcywh_to_xyxy(pred_boxes.view(batch_size, -1, 4))
+                    iou = box_iou(predicted, cxcywh_to_xyxy(gt_padded))  # [B, P, M]
                     iou = iou.masked_fill(~gt_valid[:, None, :], 0.0)
                     ignore = (iou.amax(-1) > head.ignore_thresh).view(p.shape[:4])
 
