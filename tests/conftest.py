@@ -35,9 +35,9 @@ def isolated_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def boxes_dataset(tmp_path, isolated_cache) -> Path:
-    from synth import make_boxes_dataset
+    from synth import make_image_folder
 
-    make_boxes_dataset(tmp_path / "ds")
+    make_image_folder(tmp_path / "ds", count=6, size=(96, 128), ext=".png", num_classes=1)
     return tmp_path / "ds"
 
 

@@ -256,11 +256,13 @@ def micro_cfg(
     return path
 
 
-def make_image_folder(root, count=10, size=(90, 120), seed=0, ext=".jpg"):
-    """``root/images/*.jpg`` + ``root/labels/*.txt`` + ``root/k.names`` (2 classes); returns image paths."""
+def make_image_folder(root, count=10, size=(90, 120), seed=0, ext=".jpg", num_classes=2):
+    """``root/images/img000<ext>...`` with coloured boxes on a plain background, ``root/labels/*.txt`` and
+    ``root/k.names`` (``num_classes`` names); image sizes vary a little around ``size`` (h, w).
+    Returns the image paths."""
     rng = np.random.default_rng(seed)
     (root / "images").mkdir(parents=True, exist_ok=True)
-    (root / "k.names").write_text("a\nb\n")
+    (root / "k.names").write_text("".join(f"{chr(97 + k)}\n" for k in range(num_classes)))
     paths = []
     for i in range(count):
         h, w = size[0] + 7 * (i % 3), size[1] + 5 * (i % 4)
@@ -272,39 +274,9 @@ def make_image_folder(root, count=10, size=(90, 120), seed=0, ext=".jpg"):
             x1, y1 = int((cx - bw / 2) * w), int((cy - bh / 2) * h)
             x2, y2 = int((cx + bw / 2) * w), int((cy + bh / 2) * h)
             image[y1:y2, x1:x2] = rng.integers(0, 255, 3)
-            rows.append([i % 2, cx, cy, bw, bh])
+            rows.append([i % num_classes, cx, cy, bw, bh])
         path = root / "images" / f"img{i:03d}{ext}"
         cv2.imwrite(str(path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
         write_yolo_labels(root / "labels" / f"img{i:03d}.txt", rows)
-        paths.append(path)
-    return paths
-
-
-def make_boxes_dataset(
-    root: Path,
-    count: int = 6,
-    size: tuple[int, int] = (96, 128),
-    seed: int = 0,
-    box_px: tuple[int, int] = (12, 30),
-) -> list[Path]:
-    """``root/images/*.png`` with coloured rectangles, ``root/labels/*.txt``, ``root/obj.names`` (1 class)."""
-    from turboyolo.formats.labels import write_yolo_labels
-
-    rng = np.random.default_rng(seed)
-    (root / "images").mkdir(parents=True, exist_ok=True)
-    (root / "obj.names").write_text("obj\n")
-    height, width = size
-    paths = []
-    for i in range(count):
-        image = np.full((height, width, 3), 90, np.uint8)
-        rows = []
-        for _ in range(2 + i % 2):
-            bw, bh = rng.integers(*box_px, size=2)
-            x1, y1 = rng.integers(0, width - bw), rng.integers(0, height - bh)
-            image[y1 : y1 + bh, x1 : x1 + bw] = rng.integers(0, 255, 3)
-            rows.append([0, (x1 + bw / 2) / width, (y1 + bh / 2) / height, bw / width, bh / height])
-        path = root / "images" / f"img{i:02d}.png"
-        cv2.imwrite(str(path), image)
-        write_yolo_labels(root / "labels" / f"img{i:02d}.txt", rows)
         paths.append(path)
     return paths

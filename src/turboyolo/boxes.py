@@ -8,6 +8,7 @@ tiled detection, post-processing and export all use these.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -36,6 +37,55 @@ def xyxy_to_xywh(boxes: Boxes) -> Boxes:
     """(x1, y1, x2, y2) -> COCO's (x, y, w, h)."""
     xp = _xp(boxes)
     return xp.concatenate([boxes[..., :2], boxes[..., 2:4] - boxes[..., :2]], -1)
+
+
+def aligned_iou(
+    pred: torch.Tensor, target: torch.Tensor, kind: str = "iou", eps: float = 1e-9
+) -> torch.Tensor:
+    """IoU and its variants of box pairs, ``[..., 4] x [..., 4] -> [...]``, boxes as ``cxcywh``.
+
+    ``kind``: ``iou``; ``giou`` = IoU - (enclosing area - union) / enclosing area (Rezatofighi et al.);
+    ``diou`` = IoU - rho^2 / c^2 (rho: centre distance, c: diagonal of the enclosing box);
+    ``ciou`` = DIoU - alpha * v with v = 4 / pi^2 (atan(w_t / h_t) - atan(w_p / h_p))^2 and
+    alpha = v / (1 - IoU + v), held constant in the gradient (Zheng et al., AAAI 2020). Differentiable
+    in ``pred``.
+    """
+    p1, p2 = pred[..., :2] - pred[..., 2:4] / 2, pred[..., :2] + pred[..., 2:4] / 2
+    t1, t2 = target[..., :2] - target[..., 2:4] / 2, target[..., :2] + target[..., 2:4] / 2
+    inter = (torch.min(p2, t2) - torch.max(p1, t1)).clamp(min=0).prod(-1)
+    union = pred[..., 2:4].prod(-1) + target[..., 2:4].prod(-1) - inter
+    iou = inter / (union + eps)
+    if kind == "iou":
+        return iou
+    enclose_wh = torch.max(p2, t2) - torch.min(p1, t1)
+    if kind == "giou":
+        enclose = enclose_wh.prod(-1) + eps
+        return iou - (enclose - union) / enclose
+    diagonal = enclose_wh.pow(2).sum(-1) + eps
+    centre = (pred[..., :2] - target[..., :2]).pow(2).sum(-1)
+    if kind == "diou":
+        return iou - centre / diagonal
+    if kind != "ciou":
+        raise ValueError(f"unknown IoU kind {kind!r}; use iou, giou, diou or ciou")
+    v = (4 / math.pi**2) * (
+        torch.atan(target[..., 2] / (target[..., 3] + eps)) - torch.atan(pred[..., 2] / (pred[..., 3] + eps))
+    ).pow(2)
+    with torch.no_grad():
+        alpha = v / (1 - iou + v + eps)
+    return iou - centre / diagonal - alpha * v
+
+
+def pairwise_diou(boxes: torch.Tensor, beta: float) -> torch.Tensor:
+    """Darknet's DIoU-NMS overlap of every pair, ``[N, 4] -> [N, N]`` (``xyxy``): IoU - (rho^2 / c^2)^beta
+    (box.c ``box_diounms``; ``greedynms`` is the same with beta 0.6, ``box_diou``)."""
+    iou = box_iou(boxes, boxes)
+    lt = torch.min(boxes[:, None, :2], boxes[None, :, :2])
+    rb = torch.max(boxes[:, None, 2:], boxes[None, :, 2:])
+    diagonal = (rb - lt).pow(2).sum(-1)
+    centres = (boxes[:, :2] + boxes[:, 2:]) / 2
+    distance = (centres[:, None] - centres[None]).pow(2).sum(-1)
+    ratio = torch.where(diagonal > 0, distance / diagonal.clamp(min=1e-12), torch.zeros_like(distance))
+    return iou - ratio.pow(beta)
 
 
 def clip_xyxy(boxes: torch.Tensor, width: float, height: float) -> torch.Tensor:

@@ -9,16 +9,21 @@ import pytest
 from turboyolo.data.scan import scan_dataset
 from turboyolo.data.trees import build_trees
 
-WHEEL = Path("/tmp/assets/deepforest-2.1.0-py3-none-any.whl")
-
 
 @pytest.fixture
 def wheel_in_cache(tmp_path, monkeypatch):
-    if not WHEEL.is_file():
-        pytest.skip(f"{WHEEL} not present (copy the pinned deepforest wheel there)")
+    """The pinned deepforest wheel (fetched once into the user cache by the project's own code, sha256
+    checked), copied into an isolated cache that allows no download."""
+    from turboyolo import assets
+    from turboyolo.errors import AssetError
+
+    try:
+        wheel = assets.pypi_distribution(assets.DEEPFOREST_WHEEL)
+    except AssetError as err:  # no network and no cache: say so rather than fail obscurely
+        pytest.skip(f"deepforest wheel unavailable: {err}")
     cache = tmp_path / "cache"
     (cache / "pypi").mkdir(parents=True)
-    shutil.copy(WHEEL, cache / "pypi" / WHEEL.name)
+    shutil.copy(wheel, cache / "pypi" / wheel.name)
     monkeypatch.setenv("TURBOYOLO_CACHE", str(cache))
     monkeypatch.setenv("TURBOYOLO_OFFLINE", "1")
     return cache

@@ -13,6 +13,7 @@ from turboyolo.formats.darknet_cfg import (
     format_cfg,
     parse_cfg,
     parse_cfg_text,
+    training_only_notes,
 )
 from turboyolo.model.zoo import make_spec
 
@@ -87,27 +88,84 @@ def test_bad_number_names_key_and_line():
 
 
 def test_unsupported_keys_are_errors():
-    with pytest.raises(ConfigError, match="scale_x_y"):
-        parse_cfg_text(TINY_NET + HEAD + "scale_x_y=1.05\n")
-    with pytest.raises(ConfigError, match="groups"):
-        parse_cfg_text(
-            TINY_NET + "\n[convolutional]\nfilters=4\nsize=1\n\n[route]\nlayers=-1\ngroups=2\n" + HEAD
-        )
+    with pytest.raises(
+        ConfigError, match=r":19: `groups` in \[convolutional\] changes the network's outputs"
+    ):
+        parse_cfg_text(TINY_NET + "\n[convolutional]\nfilters=4\nsize=1\ngroups=2\n" + HEAD)
+    with pytest.raises(ConfigError, match="antialiasing"):
+        parse_cfg_text(TINY_NET + "\n[maxpool]\nsize=2\nstride=2\nantialiasing=1\n" + HEAD)
     with pytest.raises(ConfigError, match=r"\[reorg\] is not supported"):
         parse_cfg_text(TINY_NET + "\n[reorg]\nstride=2\n" + HEAD)
+    with pytest.raises(ConfigError, match=r"`iou_loss=siou` is not a valid value \(use one of mse, iou"):
+        parse_cfg_text(TINY_NET + HEAD + "iou_loss=siou\n")
+    with pytest.raises(ConfigError, match="group_id=2: need groups >= 1 and 0 <= group_id < groups"):
+        parse_cfg_text(
+            TINY_NET + "\n[convolutional]\nfilters=4\nsize=1\n\n[route]\nlayers=-1\ngroups=2\n"
+            "group_id=2\n" + HEAD
+        )
 
 
 def test_unknown_harmless_key_kept_and_warned_once():
-    text = TINY_NET + "made_up_key=1\nmosaic=1\n" + HEAD + "iou_normalizer=0.07\n"
+    text = TINY_NET + "made_up_key=1\nmosaic=1\n" + HEAD + "iou_norm=0.07\n"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         spec = parse_cfg_text(text)
-    assert ("made_up_key", "1") in spec.net.extra
-    assert len([w for w in caught if "iou_normalizer" in str(w.message)]) == 1
+    assert ("made_up_key", "1") in spec.net.extra and spec.net.mosaic == 1.0  # mosaic: a NetSpec field
+    assert [str(w.message) for w in caught] == [
+        "<string>:15: unknown key `made_up_key` in [net] kept but ignored",
+        "<string>:30: unknown key `iou_norm` in [yolo] kept but ignored",
+    ]
     assert "made_up_key=1" in format_cfg(spec)
-    # mosaic is a [net] key turboyolo trains with (AlexeyAB's), read without a warning
-    assert spec.net.mosaic == 1.0 and not [w for w in caught if "mosaic" in str(w.message)]
     assert "mosaic=1" in format_cfg(spec)
+
+
+def test_training_only_keys_are_noted_for_training_only():
+    net_keys = "ema_alpha=0.9998\ncutmix=0\nletter_box=1\n"
+    text = TINY_NET + net_keys + HEAD + "resize=1.5\nobjectness_smooth=0\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # parsing (what inference does) is quiet about them
+        spec = parse_cfg_text(text)
+    assert ("letter_box", "1") in spec.net.extra and ("resize", "1.5") in spec.layers[-1].extra
+    notes = training_only_notes(spec)
+    assert len(notes) == 2  # cutmix=0 and objectness_smooth=0 are off; letter_box is what turboyolo does
+    assert notes[0].startswith("[net] ema_alpha=0.9998 is a Darknet training setting turboyolo does not")
+    assert notes[1].startswith("[yolo] resize=1.5 is a Darknet training setting")
+
+
+def test_alexeyab_yolo_keys_round_trip():
+    text = (
+        TINY_NET
+        + HEAD
+        + (
+            "scale_x_y = 1.05\nnew_coords=1\niou_thresh=0.213\niou_loss=ciou\niou_normalizer=0.07\n"
+            "obj_normalizer=4.0\ncls_normalizer=0.5\nmax_delta=5\nnms_kind=diounms\nbeta_nms=0.6\n"
+        )
+    )
+    spec = parse_cfg_text(text)
+    yolo = spec.layers[-1]
+    assert (yolo.scale_x_y, yolo.new_coords, yolo.iou_thresh, yolo.iou_loss) == (1.05, True, 0.213, "ciou")
+    assert (yolo.iou_normalizer, yolo.obj_normalizer, yolo.cls_normalizer) == (0.07, 4.0, 0.5)
+    assert (yolo.max_delta, yolo.nms_kind, yolo.beta_nms) == (5.0, "diounms", 0.6)
+    assert parse_cfg_text(format_cfg(spec)) == spec
+    # absent keys stay absent (None) and are not written back
+    plain = parse_cfg_text(TINY_NET + HEAD).layers[-1]
+    assert plain.scale_x_y is None and "scale_x_y" not in format_cfg(parse_cfg_text(TINY_NET + HEAD))
+
+
+def test_route_groups_and_maxpool_depth_round_trip():
+    text = (
+        TINY_NET
+        + (
+            "\n[convolutional]\nfilters=8\nsize=1\n\n[route]\nlayers=-1\ngroups=2\ngroup_id=1\n"
+            "\n[maxpool]\nmaxpool_depth=1\nout_channels=2\nstride=1\nsize=1\n"
+        )
+        + HEAD
+    )
+    spec = parse_cfg_text(text)
+    route, pool = spec.layers[1], spec.layers[2]
+    assert (route.groups, route.group_id) == (2, 1)
+    assert pool.maxpool_depth and pool.out_channels == 2
+    assert parse_cfg_text(format_cfg(spec)) == spec
 
 
 def test_head_filter_mismatch_is_explained():

@@ -77,7 +77,7 @@ def test_label_images_is_the_job_without_the_cli(boxes_dataset, tiny_cfg, tiny_w
 
     with pytest.raises(FlagError, match="--nms-thres"):
         LabelOptions(nms_thres=1.5)
-    (boxes_dataset / "labels" / "img00.txt").unlink()
+    (boxes_dataset / "labels" / "img000.txt").unlink()
     options = LabelOptions(split="train", device="cpu", out_dir=tmp_path / "review")
     report = label_images(tiny_weights_file, boxes_dataset / "images", options, cfg=tiny_cfg)
     assert [r.status for r in report.rows].count("written") == 1 and len(report.rows) == 6

@@ -7,13 +7,16 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("architecture", choices=("yolov3", "yolov3-tiny", "yolov3-spp"))
+    from turboyolo.model.zoo import ARCHITECTURES
+
+    parser.add_argument("architecture", choices=ARCHITECTURES)
     parser.add_argument("-n", "--num-classes", type=int, required=True, help="number of classes")
-    parser.add_argument("--width", type=int, default=416)
-    parser.add_argument("--height", type=int, default=416)
-    parser.add_argument("--batch", type=int, default=64, help="images per iteration ([net] batch)")
-    parser.add_argument("--subdivisions", type=int, default=16, help="mini-batches per iteration")
-    parser.add_argument("--learning-rate", type=float, default=0.001)
+    canonical = "default: the canonical cfg's (yolov3 family: 416, 64, 16, 0.001)"
+    parser.add_argument("--width", type=int, help=f"network input width ({canonical})")
+    parser.add_argument("--height", type=int, help="network input height")
+    parser.add_argument("--batch", type=int, help="images per iteration ([net] batch)")
+    parser.add_argument("--subdivisions", type=int, help="mini-batches per iteration")
+    parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--anchors", help="w,h pairs: '10,13, 16,30, ...' (e.g. from `turboyolo anchors`)")
     parser.add_argument("-o", "--output", help="file to write (default: <architecture>-<N>c.cfg)")
 
@@ -43,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
         anchors,
     )
     if spec.net.batch % spec.net.subdivisions:
-        raise ConfigError(f"--batch {args.batch} is not divisible by --subdivisions {args.subdivisions}")
+        raise ConfigError(
+            f"batch {spec.net.batch} is not divisible by subdivisions {spec.net.subdivisions} "
+            "(--batch / --subdivisions)"
+        )
     out = Path(args.output or f"{args.architecture}-{args.num_classes}c.cfg")
     write_cfg(spec, out)
     print(out)

@@ -2,8 +2,16 @@
 
 A ``.cfg`` is a list of ``[section]`` blocks of ``key=value`` lines. ``[net]`` becomes a :class:`NetSpec`;
 every other block becomes one layer spec. Strings become numbers here and nowhere else; every error
-names ``file:line``. Keys that would change the network's numbers but are not implemented (for example
-``scale_x_y`` or route ``groups``) are errors; other unknown keys are kept in ``extra`` and warned once.
+names ``file:line``. The layer and key set is that of AlexeyAB Darknet's yolov3, yolov4, yolov4-tiny,
+yolov4-csp and yolov7-tiny cfgs. Keys fall in four groups:
+
+- implemented: typed fields of the specs below;
+- training-only (:data:`TRAINING_ONLY_KEYS`): Darknet training settings turboyolo's trainer does not
+  reproduce; kept in ``extra`` (written back); ``turboyolo train`` prints them with the reason
+  (:func:`training_only_notes`), inference ignores them silently;
+- unsupported (:data:`UNSUPPORTED_KEYS`): they would change the network's outputs and are not computed
+  here: errors naming the key and the line;
+- anything else: kept in ``extra`` and warned once as unknown.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from typing import Any
 from turboyolo.errors import ConfigError
 
 ACTIVATIONS = ("leaky", "linear", "mish", "logistic", "swish", "relu")
+IOU_LOSSES = ("mse", "iou", "giou", "diou", "ciou")  # Darknet's [yolo] iou_loss values
+NMS_KINDS = ("default", "greedynms", "diounms")  # Darknet's [yolo] nms_kind values
 
 
 @dataclass(frozen=True)
@@ -66,12 +76,16 @@ class ConvSpec:
 class MaxPoolSpec:
     """Darknet max-pool: out = (in + padding - size) // stride + 1, window offset -padding // 2.
 
-    Out-of-bounds positions are ignored (never zeros), which matters for size=2 stride=1.
+    Out-of-bounds positions are ignored (never zeros), which matters for size=2 stride=1. With
+    ``maxpool_depth`` the pool runs across channels instead: output channel ``g`` (of
+    ``out_channels``) is the maximum of input channels ``g, g + out_channels, ...``; H and W are kept.
     """
 
     size: int
     stride: int
     padding: int
+    maxpool_depth: bool = False
+    out_channels: int = 1
     extra: tuple[tuple[str, str], ...] = ()
     line: int = field(default=0, compare=False)
 
@@ -85,9 +99,15 @@ class UpsampleSpec:
 
 @dataclass(frozen=True)
 class RouteSpec:
-    """Concatenate earlier outputs on channels; ``layers`` as written (negative = relative)."""
+    """Concatenate earlier outputs on channels; ``layers`` as written (negative = relative).
+
+    ``groups``/``group_id`` (CSP splits): of each input only channel slice ``group_id`` of ``groups``
+    equal slices is taken.
+    """
 
     layers: tuple[int, ...]
+    groups: int = 1
+    group_id: int = 0
     extra: tuple[tuple[str, str], ...] = ()
     line: int = field(default=0, compare=False)
 
@@ -104,6 +124,11 @@ class ShortcutSpec:
 
 @dataclass(frozen=True)
 class YoloSpec:
+    """A ``[yolo]`` head. The keys after ``random`` are AlexeyAB Darknet's; ``None`` means the cfg does
+    not give the key (Darknet's default applies: :data:`YOLO_DEFAULTS`), so a written cfg keeps exactly
+    the keys it was read with.
+    """
+
     mask: tuple[int, ...]
     anchors: tuple[tuple[float, float], ...]
     classes: int
@@ -112,6 +137,16 @@ class YoloSpec:
     ignore_thresh: float = 0.5
     truth_thresh: float = 1.0
     random: bool = False
+    scale_x_y: float | None = None  # x, y = sigmoid * scale_x_y - (scale_x_y - 1) / 2 (+ cell)
+    new_coords: bool | None = None  # YOLOv7 coordinates: no sigmoid here, w = (2 t)^2 * anchor
+    iou_thresh: float | None = None  # also assign every anchor whose shape IoU with a box exceeds this
+    iou_loss: str | None = None  # mse | iou | giou | diou | ciou
+    iou_normalizer: float | None = None
+    obj_normalizer: float | None = None
+    cls_normalizer: float | None = None
+    max_delta: float | None = None  # clip of each box-coordinate gradient (IoU losses)
+    nms_kind: str | None = None  # default | greedynms | diounms
+    beta_nms: float | None = None  # DIoU-NMS exponent
     extra: tuple[tuple[str, str], ...] = ()
     line: int = field(default=0, compare=False)
 
@@ -126,6 +161,23 @@ SECTION_OF = {
     ShortcutSpec: "shortcut",
     YoloSpec: "yolo",
 }
+
+
+# What Darknet uses when a [yolo] key of YoloSpec is absent. One exception is documented in
+# turboyolo.train.loss: without iou_normalizer the MSE box term is pjreddie's (weight 1), as in turboyolo 0.1.
+YOLO_DEFAULTS: dict[str, Any] = {
+    "scale_x_y": 1.0,
+    "new_coords": False,
+    "iou_thresh": 1.0,
+    "iou_loss": "mse",
+    "iou_normalizer": 0.75,
+    "obj_normalizer": 1.0,
+    "cls_normalizer": 1.0,
+    "max_delta": float("inf"),
+    "nms_kind": "default",
+    "beta_nms": 0.6,
+}
+YOLO_OPTIONAL = tuple(YOLO_DEFAULTS)
 
 
 @dataclass(frozen=True)
@@ -150,12 +202,42 @@ class ModelSpec:
 # Keys that change the network's numbers and that this implementation does not compute: errors.
 UNSUPPORTED_KEYS = {
     "convolutional": {"groups", "binary", "xnor", "dilation", "antialiasing", "share_index", "flipped"},
-    "route": {"groups", "group_id"},
+    "route": set(),
     "shortcut": {"weights_type", "weights_normalization"},
-    "maxpool": {"maxpool_depth", "antialiasing"},
-    "yolo": {"scale_x_y", "new_coords"},
+    "maxpool": {"antialiasing", "stride_x", "stride_y"},
+    "yolo": {"map"},
     "upsample": {"scale"},
     "net": set(),
+}
+# Darknet training settings turboyolo's trainer does not reproduce: kept (and written back), warned once.
+TRAINING_ONLY_KEYS: dict[str, dict[str, str]] = {
+    "net": {
+        "cutmix": "Darknet's CutMix",
+        "mixup": "Darknet's MixUp; turboyolo's is --mixup P",
+        "blur": "Darknet's blur augmentation",
+        "gaussian_noise": "Darknet's noise augmentation",
+        "mosaic_bound": "Darknet's mosaic",
+        "ema_alpha": "Darknet's weight EMA; turboyolo's is --ema / --ema-decay",
+        "dynamic_minibatch": "Darknet's batch growth with the input size",
+        "label_smooth_eps": "Darknet's label smoothing",
+        "adversarial_lr": "Darknet's adversarial training",
+    },
+    "yolo": {
+        "resize": "the range of Darknet's random resize (turboyolo: --aug-scale)",
+        "objectness_smooth": "Darknet's IoU-valued objectness targets (turboyolo: --obj-iou)",
+        "focal_loss": "Darknet's focal loss",
+        "counters_per_class": "Darknet's class balancing",
+        "iou_thresh_kind": "the overlap Darknet's iou_thresh assignment uses (turboyolo: IoU)",
+        "delta_normalizer": "a Darknet option its [yolo] layer does not use",
+    },
+}
+# The value that switches a training-only key off (Darknet's default): such a key is not warned about.
+TRAINING_ONLY_OFF = {"resize": 1.0, "delta_normalizer": 1.0, "iou_thresh_kind": "iou"}
+# Keys read from ``extra`` elsewhere or implemented by construction: kept without a warning.
+QUIET_KEYS = {
+    "net": {"flip", "step", "scale", "letter_box"},  # letter_box: turboyolo always letterboxes
+    "route": {"stream", "wait_stream"},
+    "yolo": {"label_smooth_eps"},  # the trainer's --label-smoothing default (train/recipe.py)
 }
 UNSUPPORTED_SECTIONS_HINT = (
     "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"
@@ -192,14 +274,25 @@ class _Section:
                     "implemented by turboyolo; remove it or use a cfg without it"
                 )
         extra = tuple((k, raw) for k, (raw, _) in self.values.items())
+        known = QUIET_KEYS.get(self.name, set()) | set(TRAINING_ONLY_KEYS.get(self.name, ()))
         for key, _ in extra:
             tag = f"{self.name}.{key}"
-            if tag not in warned:
-                warned.add(tag)
-                warnings.warn(
-                    f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored", stacklevel=4
-                )
+            if tag in warned or key in known:  # training-only keys: training_only_notes() at training
+                continue
+            warned.add(tag)
+            warnings.warn(
+                f"{self.where(key)}: unknown key `{key}` in [{self.name}] kept but ignored", stacklevel=4
+            )
         return extra
+
+
+def _is_off(key: str, raw: str) -> bool:
+    """A training-only key set to its Darknet default ("0" for switches): nothing to warn about."""
+    off = TRAINING_ONLY_OFF.get(key, 0.0)
+    try:
+        return float(raw) == off if not isinstance(off, str) else raw.strip().lower() == off
+    except ValueError:
+        return False
 
 
 def _int(text: str) -> int:
@@ -308,7 +401,65 @@ def _maxpool(sec: _Section, warned: set[str]) -> MaxPoolSpec:
     stride = sec.take("stride", _int, 1)
     size = sec.take("size", _int, stride)
     padding = sec.take("padding", _int, size - 1)
-    return MaxPoolSpec(size=size, stride=stride, padding=padding, extra=sec.leftovers(warned), line=sec.line)
+    depth = sec.take("maxpool_depth", _bool, False)
+    out_channels = sec.take("out_channels", _int, 1)
+    if out_channels < 1:
+        raise ConfigError(f"{sec.where('out_channels')}: out_channels must be >= 1")
+    return MaxPoolSpec(
+        size=size,
+        stride=stride,
+        padding=padding,
+        maxpool_depth=depth,
+        out_channels=out_channels,
+        extra=sec.leftovers(warned),
+        line=sec.line,
+    )
+
+
+def _route(sec: _Section, warned: set[str]) -> RouteSpec:
+    layers = sec.take("layers", _ints, required=True)
+    groups = sec.take("groups", _int, 1)
+    group_id = sec.take("group_id", _int, 0)
+    if groups < 1 or not 0 <= group_id < groups:
+        raise ConfigError(
+            f"{sec.where('groups')}: route groups={groups} group_id={group_id}: need groups >= 1 and "
+            "0 <= group_id < groups"
+        )
+    return RouteSpec(
+        layers=layers, groups=groups, group_id=group_id, extra=sec.leftovers(warned), line=sec.line
+    )
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        text = text.strip().lower()
+        if text not in choices:
+            raise ValueError(f"use one of {', '.join(choices)}")
+        return text
+
+    return convert
+
+
+def _yolo_options(sec: _Section) -> dict[str, Any]:
+    """The AlexeyAB [yolo] keys of :class:`YoloSpec`; absent ones stay ``None``."""
+    kinds: dict[str, Callable[[str], Any]] = {
+        "scale_x_y": float,
+        "new_coords": _bool,
+        "iou_thresh": float,
+        "iou_loss": _choice(IOU_LOSSES),
+        "iou_normalizer": float,
+        "obj_normalizer": float,
+        "cls_normalizer": float,
+        "max_delta": float,
+        "nms_kind": _choice(NMS_KINDS),
+        "beta_nms": float,
+    }
+    options = {key: sec.take(key, convert) for key, convert in kinds.items()}
+    if options["scale_x_y"] is not None and options["scale_x_y"] <= 0:
+        raise ConfigError(f"{sec.where('scale_x_y')}: scale_x_y must be > 0")
+    if options["max_delta"] is not None and options["max_delta"] <= 0:
+        raise ConfigError(f"{sec.where('max_delta')}: max_delta must be > 0")
+    return options
 
 
 def _yolo(sec: _Section, warned: set[str]) -> YoloSpec:
@@ -331,6 +482,7 @@ def _yolo(sec: _Section, warned: set[str]) -> YoloSpec:
         ignore_thresh=sec.take("ignore_thresh", float, 0.5),
         truth_thresh=sec.take("truth_thresh", float, 1.0),
         random=sec.take("random", _bool, False),
+        **_yolo_options(sec),
         extra=sec.leftovers(warned),
         line=sec.line,
     )
@@ -359,9 +511,7 @@ def _build_layer(sec: _Section, warned: set[str]) -> LayerSpec:
     if sec.name == "upsample":
         return UpsampleSpec(stride=sec.take("stride", _int, 2), extra=sec.leftovers(warned), line=sec.line)
     if sec.name == "route":
-        return RouteSpec(
-            layers=sec.take("layers", _ints, required=True), extra=sec.leftovers(warned), line=sec.line
-        )
+        return _route(sec, warned)
     if sec.name == "shortcut":
         return _shortcut(sec, warned)
     if sec.name == "yolo":
@@ -392,6 +542,23 @@ def parse_cfg(path: str | Path) -> ModelSpec:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read as a text .cfg ({err})") from err
     return parse_cfg_text(text, str(path))
+
+
+def training_only_notes(spec: ModelSpec) -> list[str]:
+    """One line per Darknet training setting of ``spec`` that turboyolo's trainer does not reproduce
+    (:data:`TRAINING_ONLY_KEYS`, switched on); ``turboyolo train`` prints them. Inference ignores them."""
+    notes, seen = [], set()
+    sections = [("net", spec.net)] + [(SECTION_OF[type(layer)], layer) for layer in spec.layers]
+    for section, item in sections:
+        reasons = TRAINING_ONLY_KEYS.get(section, {})
+        for key, raw in item.extra:
+            if key in reasons and not _is_off(key, raw) and (section, key) not in seen:
+                seen.add((section, key))
+                notes.append(
+                    f"[{section}] {key}={raw} is a Darknet training setting turboyolo does not implement "
+                    f"({reasons[key]}); ignored"
+                )
+    return notes
 
 
 def resolve_index(ref: int, index: int) -> int:
@@ -474,10 +641,14 @@ def _layer_lines(layer: LayerSpec) -> list[str]:
         lines += [f"size={layer.size}", f"stride={layer.stride}"]
         if layer.padding != layer.size - 1:
             lines.append(f"padding={layer.padding}")
+        if layer.maxpool_depth:
+            lines += ["maxpool_depth=1", f"out_channels={layer.out_channels}"]
     elif isinstance(layer, UpsampleSpec):
         lines.append(f"stride={layer.stride}")
     elif isinstance(layer, RouteSpec):
         lines.append("layers=" + ", ".join(str(v) for v in layer.layers))
+        if layer.groups != 1:
+            lines += [f"groups={layer.groups}", f"group_id={layer.group_id}"]
     elif isinstance(layer, ShortcutSpec):
         lines += [f"from={layer.from_}", f"activation={layer.activation}"]
     elif isinstance(layer, YoloSpec):
@@ -491,6 +662,9 @@ def _layer_lines(layer: LayerSpec) -> list[str]:
             f"ignore_thresh = {_fmt(layer.ignore_thresh)}",
             f"truth_thresh = {_fmt(layer.truth_thresh)}",
             f"random={int(layer.random)}",
+        ]
+        lines += [
+            f"{key}={_fmt(getattr(layer, key))}" for key in YOLO_OPTIONAL if getattr(layer, key) is not None
         ]
     return lines
 

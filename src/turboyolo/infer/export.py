@@ -4,12 +4,14 @@ Input ``images``: float32 ``[B, 3, H, W]`` RGB in [0, 1], already letterboxed to
 (:func:`turboyolo.infer.predict.darknet_letterbox` does it as Darknet does). Outputs, by mode:
 
 - raw (default): ``head0``, ``head1``, ... ``[B, A, H/stride, W/stride, 5 + C]``, what
-  ``Darknet.forward`` returns (tx, ty, tw, th, objectness logit, class logits);
+  ``Darknet.forward`` returns (tx, ty, tw, th, objectness logit, class logits; for ``new_coords`` heads,
+  whose convolution is logistic, all of them after the sigmoid);
 - ``decoded``: ``output`` ``[B, N, 5 + C]`` = (cx, cy, w, h) in input pixels, objectness, class
   probabilities (:func:`turboyolo.model.postprocess.decode`);
 - ``nms``: ``detections`` ``[K, 7]`` = (batch index, x1, y1, x2, y2, score, class) in input pixels,
   Darknet's multi-label rule (objectness and objectness x class probability above ``conf_thres``) and
-  per-class NMS by ONNX ``NonMaxSuppression``; ``max_det`` caps detections per image and class.
+  per-class NMS by ONNX ``NonMaxSuppression`` (IoU-based, also for cfgs whose ``nms_kind`` is
+  DIoU-NMS); ``max_det`` caps detections per image and class.
   Boxes are not clipped and not mapped back to the original image: the caller owns its letterbox.
 
 The file's metadata (``metadata_props``) records the mode, input size, strides, anchors and thresholds.
@@ -236,12 +238,15 @@ class ExportReport:
     check_images: int = 0  # random images compared (0: no comparison)
     max_abs_diff: float | None = None  # onnxruntime (CPU) vs PyTorch
     check_skipped: str = ""  # why the comparison did not run, when it was asked for
+    note: str = ""  # e.g. the cfg's DIoU-NMS that the graph's NMS does not reproduce
 
     def summary(self) -> str:
         """The file, its size, outputs and input shape; then the comparison's result (or why none)."""
         width, height = self.options.img_size
         lines = [f"{self.path} ({self.size_bytes / 1e6:.1f} MB, {self.options.mode} outputs, "
                  f"input images [B, 3, {height}, {width}])"]
+        if self.note:
+            lines.append(self.note)
         if self.check_skipped:
             lines.append(self.check_skipped)
         elif self.max_abs_diff is not None:
@@ -285,6 +290,9 @@ def export_model(
     out = Path(output) if output else next_run_dir(*run_dir) / f"{Path(str(weights_path)).stem}.onnx"
     path = export_onnx(model, out, options)
     report = ExportReport(path, options, path.stat().st_size)
+    if options.nms and model.heads[-1].nms_kind != "default":
+        report.note = (f"note: the cfg asks for nms_kind={model.heads[-1].nms_kind} (DIoU-NMS); the graph's "
+                       "ONNX NonMaxSuppression is IoU-based: detections can differ from turboyolo detect's")
     if check:
         try:
             import onnxruntime  # noqa: F401

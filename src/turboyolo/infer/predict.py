@@ -18,7 +18,7 @@ import torch
 from turboyolo.boxes import Letterbox
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model
-from turboyolo.model.postprocess import decode, postprocess
+from turboyolo.model.postprocess import decode, nms_options, postprocess
 
 
 def letterbox_size(width: int, height: int, net_w: int, net_h: int) -> tuple[int, int]:
@@ -163,6 +163,7 @@ class Predictor:
             classes=classes,
             max_det=max_det,
             letterboxes=letterboxes,
+            **nms_options(self.model.heads),
         )
         return [
             Prediction(

@@ -15,6 +15,7 @@ from torch import nn
 
 from turboyolo.errors import ConfigError, WeightsError
 from turboyolo.formats.darknet_cfg import (
+    YOLO_DEFAULTS,
     ConvSpec,
     MaxPoolSpec,
     ModelSpec,
@@ -24,7 +25,15 @@ from turboyolo.formats.darknet_cfg import (
     YoloSpec,
     resolve_index,
 )
-from turboyolo.model.layers import ConvBlock, DarknetMaxPool, Route, Shortcut, Upsample, YoloHead
+from turboyolo.model.layers import (
+    ConvBlock,
+    DarknetMaxPool,
+    DepthMaxPool,
+    Route,
+    Shortcut,
+    Upsample,
+    YoloHead,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,18 @@ class HeadInfo:
     num_classes: int
     ignore_thresh: float
     truth_thresh: float
+    # AlexeyAB's [yolo] keys with Darknet's defaults filled in (YOLO_DEFAULTS); iou_normalizer stays
+    # None when the cfg does not give it (turboyolo.train.loss documents what it then uses).
+    scale_x_y: float = 1.0
+    new_coords: bool = False
+    iou_thresh: float = 1.0
+    iou_loss: str = "mse"
+    iou_normalizer: float | None = None
+    obj_normalizer: float = 1.0
+    cls_normalizer: float = 1.0
+    max_delta: float = float("inf")
+    nms_kind: str = "default"
+    beta_nms: float = 0.6
 
     def anchor_tensor(self, device=None, dtype=torch.float32) -> torch.Tensor:
         """``[A, 2]`` anchor sizes in input pixels."""
@@ -68,6 +89,8 @@ class Darknet(nn.Module):
             if isinstance(layer, ConvSpec):
                 module: nn.Module = ConvBlock(layer, in_channels)
                 out_channels, scale = layer.filters, scale * layer.stride
+            elif isinstance(layer, MaxPoolSpec) and layer.maxpool_depth:
+                module, out_channels = DepthMaxPool(layer.out_channels), layer.out_channels
             elif isinstance(layer, MaxPoolSpec):
                 module, out_channels, scale = DarknetMaxPool(layer), in_channels, scale * layer.stride
             elif isinstance(layer, UpsampleSpec):
@@ -76,7 +99,14 @@ class Darknet(nn.Module):
                 sources = tuple(resolve_index(ref, index) for ref in layer.layers)
                 if len({scales[i] for i in sources}) > 1:
                     raise ConfigError(f"{spec.source}:{layer.line}: route joins layers of different sizes")
-                module, out_channels = Route(sources), sum(channels[i] for i in sources)
+                uneven = [i for i in sources if channels[i] % layer.groups]
+                if uneven:
+                    raise ConfigError(
+                        f"{spec.source}:{layer.line}: route groups={layer.groups} does not divide the "
+                        f"{channels[uneven[0]]} channels of layer {uneven[0]}; fix groups= or that layer"
+                    )
+                module = Route(sources, layer.groups, layer.group_id)
+                out_channels = sum(channels[i] // layer.groups for i in sources)
                 scale = scales[sources[0]]
             elif isinstance(layer, ShortcutSpec):
                 source = resolve_index(layer.from_, index)
@@ -176,6 +206,10 @@ class Darknet(nn.Module):
 
 
 def _head_info(index: int, layer: YoloSpec, stride: float) -> HeadInfo:
+    options = {key: getattr(layer, key) for key in YOLO_DEFAULTS}
+    for key, value in options.items():
+        if value is None and key != "iou_normalizer":  # an absent iou_normalizer stays None: train/loss.py
+            options[key] = YOLO_DEFAULTS[key]
     return HeadInfo(
         layer_index=index,
         stride=int(stride),
@@ -185,6 +219,7 @@ def _head_info(index: int, layer: YoloSpec, stride: float) -> HeadInfo:
         num_classes=layer.classes,
         ignore_thresh=layer.ignore_thresh,
         truth_thresh=layer.truth_thresh,
+        **options,
     )
 
 

@@ -82,6 +82,23 @@ class DarknetMaxPool(nn.Module):
         return F.max_pool2d(x, self.size, self.stride)
 
 
+class DepthMaxPool(nn.Module):
+    """Darknet's ``maxpool_depth=1``: output channel ``g`` = max over input channels ``g, g + out, ...``
+    (``out`` = ``out_channels``); ``[B, C, H, W] -> [B, out, H, W]``."""
+
+    def __init__(self, out_channels: int):
+        super().__init__()
+        self.out_channels = out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, height, width = x.shape
+        groups = -(-channels // self.out_channels)
+        missing = groups * self.out_channels - channels
+        if missing:  # Darknet's loop stops at the last channel: pad the last group with -inf
+            x = F.pad(x, (0, 0, 0, 0, 0, missing), value=float("-inf"))
+        return x.view(batch, groups, self.out_channels, height, width).amax(1)
+
+
 class Upsample(nn.Module):
     def __init__(self, stride: int):
         super().__init__()
@@ -92,14 +109,17 @@ class Upsample(nn.Module):
 
 
 class Route(nn.Module):
-    """Channel concatenation of earlier outputs (absolute indices)."""
+    """Channel concatenation of earlier outputs (absolute indices); with ``groups`` > 1 only channel
+    slice ``group_id`` of each source (Darknet's CSP split: ``groups=2 group_id=1`` = second half)."""
 
-    def __init__(self, sources: tuple[int, ...]):
+    def __init__(self, sources: tuple[int, ...], groups: int = 1, group_id: int = 0):
         super().__init__()
-        self.sources = sources
+        self.sources, self.groups, self.group_id = sources, groups, group_id
 
     def forward(self, outputs: list[torch.Tensor | None]) -> torch.Tensor:
         tensors = [outputs[i] for i in self.sources]
+        if self.groups > 1:
+            tensors = [t.chunk(self.groups, 1)[self.group_id] for t in tensors]
         return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
 
 
@@ -116,7 +136,8 @@ class Shortcut(nn.Module):
 
 
 class YoloHead(nn.Module):
-    """Reshape a head convolution's output ``[B, A*(5+C), H, W]`` to ``[B, A, H, W, 5+C]`` (raw)."""
+    """Reshape a head convolution's output ``[B, A*(5+C), H, W]`` to ``[B, A, H, W, 5+C]`` (raw: what
+    the convolution gave, logits, or probabilities when its activation is ``logistic``)."""
 
     def __init__(self, num_anchors: int, num_classes: int):
         super().__init__()

@@ -1,7 +1,8 @@
-"""YOLOv3 family cfgs generated from the architecture (what create_custom_model.sh did by copying).
+"""Darknet cfgs generated from the architecture (what create_custom_model.sh did by copying).
 
 ``make_spec("yolov3", num_classes=N)`` returns the :class:`ModelSpec` of Darknet's canonical network
-with N classes; :func:`turboyolo.formats.darknet_cfg.write_cfg` turns it into a ``.cfg``.
+with N classes; :func:`turboyolo.formats.darknet_cfg.write_cfg` turns it into a ``.cfg``. The YOLOv3
+family is here; yolov4-tiny, yolov4, yolov4-csp and yolov7-tiny are in :mod:`turboyolo.model.zoo_v4`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from turboyolo.formats.darknet_cfg import (
     UpsampleSpec,
     YoloSpec,
 )
+from turboyolo.model.zoo_v4 import FAMILY as V4_FAMILY
 
 COCO_ANCHORS = (
     (10, 13),
@@ -33,7 +35,12 @@ COCO_ANCHORS = (
     (373, 326),
 )
 TINY_ANCHORS = ((10, 14), (23, 27), (37, 58), (81, 82), (135, 169), (344, 319))
-ARCHITECTURES = ("yolov3", "yolov3-tiny", "yolov3-spp")
+ARCHITECTURES = ("yolov3", "yolov3-tiny", "yolov3-spp", *V4_FAMILY)
+# The layer count N of each architecture's pretrained-backbone file ``<name>.conv.N`` (AlexeyAB's
+# README: darknet53.conv.74, yolov3-tiny.conv.11, yolov4-tiny.conv.29, yolov4.conv.137,
+# yolov4-csp.conv.142); yolov7-tiny has no official one: 87 is everything before its heads.
+BACKBONE_CUTS = {"yolov3": 74, "yolov3-spp": 74, "yolov3-tiny": 11}
+BACKBONE_CUTS.update({name: arch.backbone_cut for name, arch in V4_FAMILY.items()})
 
 
 def _conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
@@ -120,18 +127,26 @@ def _tiny_layers(num_classes: int, anchors) -> list[LayerSpec]:
 def make_spec(
     architecture: str,
     num_classes: int = 80,
-    width: int = 416,
-    height: int = 416,
-    batch: int = 64,
-    subdivisions: int = 16,
-    learning_rate: float = 0.001,
+    width: int | None = None,
+    height: int | None = None,
+    batch: int | None = None,
+    subdivisions: int | None = None,
+    learning_rate: float | None = None,
     anchors: tuple[tuple[float, float], ...] | None = None,
 ) -> ModelSpec:
-    """The canonical Darknet network ``architecture`` for ``num_classes`` classes."""
+    """The canonical Darknet network ``architecture`` for ``num_classes`` classes.
+
+    ``None`` keeps the canonical cfg's value (YOLOv3 family: 416x416, batch 64, subdivisions 16,
+    learning rate 0.001, as turboyolo always wrote them).
+    """
     if architecture not in ARCHITECTURES:
         raise ConfigError(f"unknown architecture {architecture!r}; choose one of {', '.join(ARCHITECTURES)}")
     if num_classes < 1:
         raise ConfigError(f"--num-classes must be >= 1, got {num_classes}")
+    if architecture in V4_FAMILY:
+        return _v4_spec(architecture, num_classes, width, height, batch, subdivisions, learning_rate, anchors)
+    width, height = width or 416, height or 416
+    batch, subdivisions, learning_rate = batch or 64, subdivisions or 16, learning_rate or 0.001
     if width % 32 or height % 32:
         raise ConfigError(f"--width/--height must be multiples of 32, got {width}x{height}")
     tiny = architecture == "yolov3-tiny"
@@ -164,6 +179,24 @@ def make_spec(
         steps=(400000, 450000),
         scales=(0.1, 0.1),
     )
+    return ModelSpec(net=net, layers=tuple(layers), source=f"<{architecture}>")
+
+
+def _v4_spec(
+    architecture, num_classes, width, height, batch, subdivisions, learning_rate, anchors
+) -> ModelSpec:
+    arch = V4_FAMILY[architecture]
+    net = arch.net
+    changes = dict(
+        width=width, height=height, batch=batch, subdivisions=subdivisions, learning_rate=learning_rate
+    )
+    net = replace(net, **{key: value for key, value in changes.items() if value is not None})
+    if net.width % 32 or net.height % 32:
+        raise ConfigError(f"--width/--height must be multiples of 32, got {net.width}x{net.height}")
+    anchors = tuple(anchors) if anchors else arch.anchors
+    if len(anchors) != len(arch.anchors):
+        raise ConfigError(f"{architecture} needs {len(arch.anchors)} anchors, got {len(anchors)}")
+    layers = arch.layers(num_classes, anchors)
     return ModelSpec(net=net, layers=tuple(layers), source=f"<{architecture}>")
 
 

@@ -23,7 +23,7 @@ from turboyolo.errors import FlagError
 
 CACHE_CHOICES = ("none", "ram", "disk")
 AUGMENT_ON_CHOICES = ("cpu", "device")
-BOX_LOSSES = ("darknet", "giou")
+BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")  # turboyolo.train.loss.BOX_LOSSES
 
 
 def option(default: Any, help: str, *flags: str, **argparse_kwargs: Any):
@@ -133,10 +133,13 @@ class AugmentArgs:
 class LossArgs:
     """Target assignment, the anchors and the weights of the loss terms (also ``--hyp`` file keys)."""
 
-    box_loss: str = option("darknet", "box regression loss", choices=BOX_LOSSES)
-    assign_iou_thresh: float = option(1.0, "also train every anchor whose shape IoU with a box exceeds "
-                                      "this (AlexeyAB's iou_thresh, e.g. 0.213; 1 = best anchor only)",
-                                      "--assign-iou-thres", type=float)
+    box_loss: str = option("cfg", "box regression loss: cfg = each [yolo]'s iou_loss (mse when absent); "
+                           "the others replace it in every head (darknet = mse); the cfg's iou_normalizer "
+                           "still weighs it", choices=BOX_LOSSES)
+    assign_iou_thresh: float | None = option(None, "also train every anchor whose shape IoU with a box "
+                                             "exceeds this (AlexeyAB's iou_thresh, e.g. 0.213; 1 = best "
+                                             "anchor only; default: each [yolo]'s iou_thresh, 1 when "
+                                             "absent)", "--assign-iou-thres", type=float)
     anchor_ratio: float = option(0.0, "train every anchor within this w/h factor of a box (YOLOv5: 4; "
                                  "0 = off)", type=float)
     obj_iou: bool = option(False, "objectness target = IoU of the assigned prediction instead of 1",
@@ -154,7 +157,8 @@ class LossArgs:
 
     def check(self) -> None:
         _require(self.box_loss in BOX_LOSSES, f"--box-loss must be one of {', '.join(BOX_LOSSES)}")
-        _require(0 < self.assign_iou_thresh <= 1, "--assign-iou-thres must be in (0, 1]")
+        _require(self.assign_iou_thresh is None or 0 < self.assign_iou_thresh <= 1,
+                 "--assign-iou-thres must be in (0, 1]")
         _require(self.anchor_ratio >= 0, "--anchor-ratio must be >= 0")
         _require(min(self.box_gain, self.obj_gain, self.cls_gain) >= 0, "loss gains must be >= 0")
         _require(self.label_smoothing is None or 0 <= self.label_smoothing < 1,

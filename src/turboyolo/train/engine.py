@@ -222,7 +222,7 @@ def evaluate(
     Returns the result and, for the first ``keep_predictions`` images, (path, detections [n, 6]).
     """
     from turboyolo.boxes import Letterbox
-    from turboyolo.model.postprocess import decode, postprocess
+    from turboyolo.model.postprocess import decode, nms_options, postprocess
 
     was_training = model.training
     model.eval()
@@ -237,7 +237,8 @@ def evaluate(
         letterboxes = [Letterbox.from_meta(m) for m in metas]
         all_dets.extend(
             postprocess(
-                decoded, eval_conf, nms_thres, multi_label=True, max_det=max_det, letterboxes=letterboxes
+                decoded, eval_conf, nms_thres, multi_label=True, max_det=max_det, letterboxes=letterboxes,
+                **nms_options(model.heads),
             )
         )
         for meta in metas:

@@ -314,6 +314,10 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
+    from turboyolo.formats.darknet_cfg import training_only_notes
+
+    for note in training_only_notes(spec):
+        say(f"note: {note}")
     run.weights_dir.mkdir(parents=True, exist_ok=True)
     if env.is_main:
         (run_dir / "model.cfg").write_text(format_cfg(spec))

@@ -1,85 +1,89 @@
-"""The YOLOv3 loss as Darknet's ``[yolo]`` layer computes it.
+"""The YOLO loss as Darknet's ``[yolo]`` layer defines it (pjreddie's YOLOv3 and AlexeyAB's v4/v7 keys).
 
 Target assignment: each ground-truth box goes to the anchor (among *all* anchors of the network) whose
-shape fits it best (IoU of boxes sharing a centre); the head whose ``mask`` holds that anchor predicts it,
-in the grid cell containing the box centre. Predictions whose box overlaps any ground truth of the same
-image by more than ``ignore_thresh`` get no "no object" penalty.
+shape fits it best (IoU of boxes sharing a centre); every head whose ``mask`` holds that anchor predicts
+it, in the grid cell containing the box centre. With ``iou_thresh`` < 1 (the head's cfg key, or the
+``iou_thresh`` argument for all heads) every other anchor of the head whose shape IoU with the box
+exceeds it is assigned too. Predictions whose box overlaps any ground truth of the same image by more
+than ``ignore_thresh`` get no "no object" penalty.
 
 Terms, each summed over the mini-batch (the caller divides by the images per iteration, so the update
-does not depend on ``subdivisions``):
+does not depend on ``subdivisions``), per head and with the head's normalizers:
 
-* ``box``: Darknet's, ``0.5 * (2 - w * h) * squared error`` on ``sigmoid(tx), sigmoid(ty), tw, th``, or
-  ``(2 - w * h) * (1 - GIoU)`` with ``box_loss="giou"``;
-* ``obj``: binary cross-entropy on the objectness logit (1 for assigned cells, 0 for the others that are
-  not ignored);
+* ``box``, by the head's ``iou_loss`` (or ``box_loss`` for all heads), ``w * h`` the box's share of the
+  input:
+
+  - ``mse`` (``darknet``): ``n * 0.5 * (2 - w * h) * squared error`` of (x, y) in cell units after
+    sigmoid and ``scale_x_y``, and of (tw, th) against log(w / anchor) (with ``new_coords``:
+    sqrt(w / (4 anchor)), Darknet's target); ``n`` = ``iou_normalizer``, 1 when the cfg has none
+    (pjreddie's Darknet, turboyolo 0.1);
+  - ``iou``, ``giou``, ``diou``, ``ciou``: ``n * (1 - IoU variant)`` of the decoded box
+    (:func:`turboyolo.boxes.aligned_iou`), ``n`` = ``iou_normalizer``; when the cfg has none, the
+    small-box weight ``2 - w * h`` of turboyolo 0.1's ``--box-loss giou`` (AlexeyAB's default would be
+    0.75). ``max_delta`` clips each coordinate's gradient of this term, per assignment, as Darknet
+    clips its deltas.
+
+* ``obj``: ``obj_normalizer`` x binary cross-entropy on the objectness logit (1 for assigned cells, 0 for
+  the others that are not ignored);
 * ``cls``: binary cross-entropy on the class logits of assigned cells (one-hot, or with
   ``label_smoothing`` eps the targets 1 - eps/2 and eps/2 as AlexeyAB's ``label_smooth_eps``), also for
   one class.
+
+``new_coords`` heads (YOLOv7) get probabilities, not logits (their convolution applies the logistic):
+Darknet's deltas ``target - p`` then pass back through that logistic, i.e. its objectness and class
+terms are ``0.5 * (p - target)^2``; so are turboyolo's. ``cls_normalizer`` has no effect: Darknet's yolo
+layer applies it only together with ``counters_per_class`` (yolo_layer.c, ``delta_yolo_class``), which
+turboyolo does not implement. Gradients are autograd's exact ones: where Darknet's hand-written deltas
+skip the sigmoid's derivative on x, y (and scale IoU gradients by exp(tw) without the anchor), the
+direction is the same but the magnitudes differ.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import generalized_box_iou
 
+from turboyolo.boxes import aligned_iou, box_iou, cxcywh_to_xyxy, wh_iou
 from turboyolo.model.darknet import HeadInfo
+from turboyolo.model.postprocess import cell_grid, decode_boxes
 
 LOSS_NAMES = ("box", "obj", "cls")
-
-
-def wh_iou(wh1: torch.Tensor, wh2: torch.Tensor) -> torch.Tensor:
-    """IoU of boxes sharing a centre: ``[N, 2] x [K, 2] -> [N, K]`` (widths and heights)."""
-    inter = torch.min(wh1[:, None], wh2[None]).prod(-1)
-    return inter / (wh1.prod(-1)[:, None] + wh2.prod(-1)[None] - inter)
-
-
-def box_iou_cxcywh(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Pairwise IoU, boxes as (cx, cy, w, h): ``[..., P, 4] x [..., M, 4] -> [..., P, M]``."""
-    a1, a2 = a[..., :2] - a[..., 2:] / 2, a[..., :2] + a[..., 2:] / 2
-    b1, b2 = b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2
-    lt = torch.max(a1.unsqueeze(-2), b1.unsqueeze(-3))
-    rb = torch.min(a2.unsqueeze(-2), b2.unsqueeze(-3))
-    inter = (rb - lt).clamp(min=0).prod(-1)
-    area_a = a[..., 2:].prod(-1).unsqueeze(-1)
-    area_b = b[..., 2:].prod(-1).unsqueeze(-2)
-    return inter / (area_a + area_b - inter).clamp(min=1e-9)
-
-
-def _cxcywh_to_xyxy(b: torch.Tensor) -> torch.Tensor:
-    return torch.cat([b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2], -1)
+BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")
+MAX_LOG_WH = 10.0  # tw, th above this would overflow exp() in the loss's decode
 
 
 class YoloLoss:
     """Callable ``(outputs, targets, input_hw) -> (total, terms)``.
 
     Args:
-        heads: ``model.heads`` (anchors, masks, strides, ignore_thresh from the cfg).
-        box_loss: ``"darknet"`` or ``"giou"``.
+        heads: ``model.heads`` (anchors, masks, strides, thresholds and normalizers from the cfg).
+        box_loss: ``"cfg"`` (each head's ``iou_loss``), or one of ``darknet`` (= ``mse``), ``mse``,
+            ``iou``, ``giou``, ``diou``, ``ciou`` for every head.
         gains: multipliers of the box, obj and cls terms.
-        iou_thresh: also assign a box to every other anchor whose shape IoU with it exceeds this (the
-            ``iou_thresh`` of AlexeyAB's Darknet, e.g. 0.213); 1.0 = best anchor only (pjreddie).
+        iou_thresh: ``None``: each head's ``iou_thresh`` (AlexeyAB's key; 1 when absent = best anchor
+            only, pjreddie); a number overrides it for all heads (e.g. 0.213).
         anchor_ratio: when > 0, assign a box to every anchor (any head) whose width and height are both
             within this factor of the box's (PyTorch-YOLOv3 / YOLOv5 use 4) instead of the best anchor.
-        obj_iou: objectness target of assigned cells = IoU of the predicted box with its ground truth
-            (detached) instead of 1.
+        obj_iou: objectness target of assigned cells = GIoU (clipped at 0) of the predicted box with its
+            ground truth (detached) instead of 1.
         label_smoothing: eps of the class targets (``1 - eps/2`` for the box's class, ``eps/2`` else).
     """
 
     def __init__(
         self,
         heads: Sequence[HeadInfo],
-        box_loss: str = "darknet",
+        box_loss: str = "cfg",
         gains: tuple[float, float, float] = (1.0, 1.0, 1.0),
-        iou_thresh: float = 1.0,
+        iou_thresh: float | None = None,
         anchor_ratio: float = 0.0,
         obj_iou: bool = False,
         label_smoothing: float = 0.0,
     ):
-        if box_loss not in ("darknet", "giou"):
-            raise ValueError(f"box_loss must be 'darknet' or 'giou', got {box_loss!r}")
+        if box_loss not in BOX_LOSSES:
+            raise ValueError(f"box_loss must be one of {', '.join(BOX_LOSSES)}, got {box_loss!r}")
         self.heads = tuple(heads)
         self.box_loss = box_loss
         self.gains = gains
@@ -88,6 +92,11 @@ class YoloLoss:
         self.obj_iou = obj_iou
         self.label_smoothing = label_smoothing
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
+
+    def box_kind(self, head: HeadInfo) -> str:
+        """The box term of ``head``: mse, iou, giou, diou or ciou."""
+        kind = head.iou_loss if self.box_loss == "cfg" else self.box_loss
+        return "mse" if kind == "darknet" else kind
 
     def __call__(
         self, outputs: Sequence[torch.Tensor], targets: torch.Tensor, input_hw: tuple[int, int]
@@ -125,7 +134,7 @@ class YoloLoss:
         for head, raw in zip(self.heads, outputs, strict=False):
             p = raw.float()
             _, num_anchors, grid_h, grid_w, _ = p.shape
-            stride_x, stride_y = width / grid_w, height / grid_h
+            stride = torch.tensor([width / grid_w, height / grid_h], device=device)
             anchors = head.anchor_tensor(device)
 
             # Which anchors/cells are assigned to a ground truth.
@@ -134,12 +143,13 @@ class YoloLoss:
             if self.anchor_ratio > 0:
                 ratio = gt_px[:, None, 2:] / self.all_anchors.to(host)[mask_ids][None]  # [N, A, 2]
                 hit = torch.max(ratio, 1.0 / ratio).amax(-1) < self.anchor_ratio
-            if self.iou_thresh < 1.0:
-                hit |= shape_iou[:, mask_ids] > self.iou_thresh
+            iou_thresh = head.iou_thresh if self.iou_thresh is None else self.iou_thresh
+            if iou_thresh < 1.0:
+                hit |= shape_iou[:, mask_ids] > iou_thresh
             sel, local_anchor = hit.nonzero(as_tuple=True)
             g = gt_px[sel]
-            gi = (g[:, 0] / stride_x).long().clamp(0, grid_w - 1)
-            gj = (g[:, 1] / stride_y).long().clamp(0, grid_h - 1)
+            gi = (g[:, 0] / (width / grid_w)).long().clamp(0, grid_w - 1)
+            gj = (g[:, 1] / (height / grid_h)).long().clamp(0, grid_h - 1)
             b, c = gt_image[sel], gt_class[sel]
             b, c, g, gi, gj, local_anchor = (
                 t.to(device, non_blocking=True) for t in (b, c, g, gi, gj, local_anchor)
@@ -147,10 +157,14 @@ class YoloLoss:
 
             # Ignore mask: predictions that already overlap some ground truth well.
             with torch.no_grad():
-                pred_boxes = _decode(p[..., :4].detach(), anchors, stride_x, stride_y)
+                grid = cell_grid(grid_h, grid_w, device)
+                pred_boxes = decode_boxes(
+                    p[..., :4], head, grid, anchors.view(1, -1, 1, 1, 2), stride, MAX_LOG_WH
+                )
                 ignore = torch.zeros(p.shape[:4], dtype=torch.bool, device=device)
                 if gt_padded.shape[1]:
-                    iou = box_iou_cxcywh(pred_boxes.view(batch_size, -1, 4), gt_padded)  # [B, P, M]
+                    predicted = cxcywh_to_xyxy(pred_boxes.view(batch_size, -1, 4))
+                    iou = box_iou(predicted, cxcywh_to_xyxy(gt_padded))  # [B, P, M]
                     iou = iou.masked_fill(~gt_valid[:, None, :], 0.0)
                     ignore = (iou.amax(-1) > head.ignore_thresh).view(p.shape[:4])
 
@@ -159,61 +173,86 @@ class YoloLoss:
             obj_weight[b, local_anchor, gj, gi] = 1.0
             if len(sel):
                 ps = p[b, local_anchor, gj, gi]  # [n, 5 + C]
-                weight = 2.0 - (g[:, 2] * g[:, 3]) / (width * height)
-                anchor_wh = anchors[local_anchor]
-                pred = _decode(
-                    ps[:, :4], anchor_wh, stride_x, stride_y, grid=torch.stack([gi, gj], 1).float()
+                cells = torch.stack([gi, gj], 1).float()
+                box_weight = 2.0 - (g[:, 2] * g[:, 3]) / (width * height)
+                box = box + self._box_term(
+                    head, ps[:, :4], g, cells, anchors[local_anchor], stride, box_weight
                 )
-                giou = torch.diagonal(generalized_box_iou(_cxcywh_to_xyxy(pred), _cxcywh_to_xyxy(g)))
-                if self.box_loss == "darknet":
-                    txy = g[:, :2] / torch.tensor([stride_x, stride_y], device=device) - torch.stack(
-                        [gi, gj], 1
-                    )
-                    twh = torch.log(g[:, 2:] / anchor_wh)
-                    err = (torch.sigmoid(ps[:, :2]) - txy).pow(2).sum(1) + (ps[:, 2:4] - twh).pow(2).sum(1)
-                    box = box + (0.5 * weight * err).sum()
-                else:
-                    box = box + (weight * (1.0 - giou)).sum()
-                target = giou.detach().clamp(min=0.0) if self.obj_iou else 1.0
+                target = 1.0
+                if self.obj_iou:
+                    with torch.no_grad():
+                        pred = decode_boxes(ps[:, :4], head, cells, anchors[local_anchor], stride, MAX_LOG_WH)
+                        target = aligned_iou(pred, g, "giou").clamp(min=0.0)
                 obj_target[b, local_anchor, gj, gi] = target
-            bce = F.binary_cross_entropy_with_logits(p[..., 4], obj_target, reduction="none")
-            obj = obj + (bce * obj_weight).sum()
+            obj = (
+                obj
+                + head.obj_normalizer * (_probability_loss(head, p[..., 4], obj_target) * obj_weight).sum()
+            )
             if not len(sel):
                 continue
             cls_target = F.one_hot(c, head.num_classes).float()
             if self.label_smoothing:
                 cls_target = cls_target * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
-            cls = cls + F.binary_cross_entropy_with_logits(ps[:, 5:], cls_target, reduction="sum")
+            cls = cls + _probability_loss(head, ps[:, 5:], cls_target).sum()
 
         terms = torch.stack([box * self.gains[0], obj * self.gains[1], cls * self.gains[2]])
         return terms.sum(), terms.detach()
 
+    def _box_term(
+        self,
+        head: HeadInfo,
+        raw: torch.Tensor,
+        truth: torch.Tensor,
+        cells: torch.Tensor,
+        anchor_wh: torch.Tensor,
+        stride: torch.Tensor,
+        box_weight: torch.Tensor,
+    ) -> torch.Tensor:
+        """The box loss of the assigned predictions: ``raw`` ``[n, 4]`` (tx, ty, tw, th), ``truth``
+        ``[n, 4]`` cx, cy, w, h in pixels, ``cells`` ``[n, 2]``, ``anchor_wh`` ``[n, 2]``; a scalar."""
+        kind = self.box_kind(head)
+        if kind == "mse":
+            normalizer = head.iou_normalizer if head.iou_normalizer is not None else 1.0
+            scale = head.scale_x_y
+            if head.new_coords:
+                xy, target_wh = raw[:, :2], torch.sqrt(truth[:, 2:] / (4 * anchor_wh))
+            else:
+                xy, target_wh = torch.sigmoid(raw[:, :2]), torch.log(truth[:, 2:] / anchor_wh)
+            if scale != 1.0:
+                xy = xy * scale - 0.5 * (scale - 1.0)
+            target_xy = truth[:, :2] / stride - cells
+            err = (xy - target_xy).pow(2).sum(1) + (raw[:, 2:4] - target_wh).pow(2).sum(1)
+            return (0.5 * normalizer * box_weight * err).sum()
+        weight = head.iou_normalizer if head.iou_normalizer is not None else box_weight
 
-def _decode(
-    txywh: torch.Tensor,
-    anchors: torch.Tensor,
-    stride_x: float,
-    stride_y: float,
-    grid: torch.Tensor | None = None,
+        def term(r: torch.Tensor) -> torch.Tensor:
+            pred = decode_boxes(r, head, cells, anchor_wh, stride, MAX_LOG_WH)
+            return (weight * (1.0 - aligned_iou(pred, truth, kind))).sum()
+
+        if math.isinf(head.max_delta):
+            return term(raw)
+        return _with_clipped_gradient(raw, term, head.max_delta)
+
+
+def _probability_loss(head: HeadInfo, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Elementwise objectness / class loss: BCE on logits, or Darknet's 0.5 (p - t)^2 for
+    ``new_coords`` heads, whose outputs are already probabilities."""
+    if head.new_coords:
+        return 0.5 * (values - target).pow(2)
+    return F.binary_cross_entropy_with_logits(values, target, reduction="none")
+
+
+def _with_clipped_gradient(
+    raw: torch.Tensor, term: Callable[[torch.Tensor], torch.Tensor], max_delta: float
 ) -> torch.Tensor:
-    """Raw (tx, ty, tw, th) -> (cx, cy, w, h) in input pixels.
-
-    Without ``grid``: ``txywh`` is ``[B, A, H, W, 4]`` and ``anchors`` ``[A, 2]``; with ``grid``
-    (``[n, 2]`` cell x, y): ``txywh`` is ``[n, 4]`` and ``anchors`` ``[n, 2]``.
-    """
-    if grid is None:
-        _, _, grid_h, grid_w, _ = txywh.shape
-        ys, xs = torch.meshgrid(
-            torch.arange(grid_h, device=txywh.device),
-            torch.arange(grid_w, device=txywh.device),
-            indexing="ij",
-        )
-        grid = torch.stack([xs, ys], -1).float()[None, None]  # [1, 1, H, W, 2]
-        anchors = anchors[None, :, None, None, :]
-    stride = torch.tensor([stride_x, stride_y], device=txywh.device)
-    xy = (torch.sigmoid(txywh[..., :2]) + grid) * stride
-    wh = torch.exp(txywh[..., 2:4].clamp(max=10.0)) * anchors
-    return torch.cat([xy, wh], -1)
+    """``term(raw)`` (a scalar) whose gradient w.r.t. each element of ``raw`` is clipped to
+    ``[-max_delta, max_delta]`` (Darknet's ``max_delta``; each row of ``raw`` is one assignment)."""
+    leaf = raw.detach().requires_grad_(True)
+    with torch.enable_grad():
+        value = term(leaf)
+        (grad,) = torch.autograd.grad(value, leaf)
+    grad = grad.clamp(-max_delta, max_delta)
+    return value.detach() + (raw * grad).sum() - (raw.detach() * grad).sum()
 
 
 def _pad_per_image(
