@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from synth import make_boxes_dataset, make_dataset, micro_cfg
+from synth import make_dataset, make_image_folder, micro_cfg
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_cfg
 from turboyolo.model.darknet import Darknet
@@ -95,7 +95,7 @@ def test_anchor_check_reports_the_figures_of_turboyolo_anchors(tmp_path, capsys)
     from turboyolo.cli import main as cli
     from turboyolo.data.scan import scan_dataset
 
-    make_boxes_dataset(tmp_path / "set", count=8, size=(96, 128), box_px=(8, 40))
+    make_image_folder(tmp_path / "set", count=8, size=(96, 128), ext=".png", num_classes=1)
     folder = tmp_path / "set" / "images"
     cfg = micro_cfg(tmp_path / "m.cfg", size=64)
     cli(["anchors", "--data", str(folder), "--cfg", str(cfg)])

@@ -70,16 +70,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_curve(run_dir: Path) -> None:
-    """The run's evaluations from results.csv: iteration, training minutes, mAP@0.5."""
+    """The run's evaluations from results.csv (iteration, training minutes, mAP), then its files."""
     import csv
 
     with open(run_dir / "results.csv", newline="") as handle:
-        rows = [row for row in csv.DictReader(handle) if row.get("map50")]
-    print(f"[demo] learning curve (mAP@0.5 on trees val at {DEMO_VAL_SIZE}):")
+        rows = [row for row in csv.DictReader(handle) if row.get("mAP50")]
+    print(f"[demo] learning curve (trees val at {DEMO_VAL_SIZE}, EMA weights):")
     print("  iteration  minutes  mAP@0.5  mAP@0.5:0.95")
     for row in rows:
-        print(f"  {int(row['iteration']):9d}  {float(row['minutes']):7.2f}  {float(row['map50']):7.3f}  "
-              f"{float(row['map50_95']):12.3f}")
+        print(f"  {int(row['iteration']):9d}  {float(row['minutes']):7.2f}  {float(row['mAP50']):7.3f}  "
+              f"{float(row['mAP50-95']):12.3f}")
+    files = sorted(f"{p.name}/" if p.is_dir() else p.name for p in run_dir.iterdir() if p.name[0] != ".")
+    print(f"[demo] run directory {run_dir}: {' '.join(files)}")
 
 
 def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
