@@ -15,6 +15,7 @@ def test_demo_trains_a_fixed_number_of_iterations(tmp_path):
     assert (net.policy, net.max_batches, net.batch, net.width) == ("cosine", 250, 8, 416)
     schedule = Schedule.from_net(net)
     assert lr_at(schedule, 250) == 0.0 and lr_at(schedule, 125) > 0.4 * net.learning_rate
-    longer = demo_config(tmp_path / "trees", tmp_path / "w.weights", tmp_path / "runs2", 400, seed=1, mosaic=0.5)
+    longer = demo_config(tmp_path / "trees", tmp_path / "w.weights", tmp_path / "runs2", 400, seed=1,
+                         mosaic=0.5)
     assert parse_cfg(longer.cfg).net.max_batches == 400 and longer.augment.mosaic == 0.5
     assert longer.runtime.seed == 1
