@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", default="auto", choices=("auto", "off", "bf16", "fp16"))
     parser.add_argument("--backend", default="pycocotools", choices=("pycocotools", "faster-coco-eval"))
     parser.add_argument("--rect", action="store_true",
-                        help="batches of similar aspect ratio, each letterboxed to its own rectangle (less padding)")
+                        help="batches of similar aspect ratio, each letterboxed to its own rectangle")
     parser.add_argument("-v", "--verbose", action="store_true", help="accepted (the table is always printed)")
 
 
