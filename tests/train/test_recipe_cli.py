@@ -14,20 +14,20 @@ from turboyolo.formats.darknet_cfg import parse_cfg
 def test_train_flags_reach_the_run(tmp_path, capsys):
     data = make_dataset(tmp_path / "data", 8, 2, num_classes=2)
     cfg = micro_cfg(tmp_path / "m.cfg", batch=4, num_classes=2)
-    flags = ["--mosaic", "1", "--close-mosaic", "1", "--mixup", "0.5", "--label-smoothing", "0.1",
-             "--flipud", "0.5", "--fliplr", "0", "--translate", "0.2", "--hue", "0.02", "--saturation", "1.3",
-             "--exposure", "1.2", "--degrees", "3", "--box-loss", "ciou", "--obj-gain", "2", "--cls-gain", "0.5",
-             "--image-weights", "--single-cls", "--patience", "5", "--autoanchor"]
-    assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--epochs", "2", "--workers", "0",
-                "--evaluation-interval", "1", "--checkpoint-interval", "0", "--project", str(tmp_path / "runs"),
-                "--name", "flags", *flags]) == 0
+    flags = ("--mosaic 1 --close-mosaic 1 --mixup 0.5 --label-smoothing 0.1 --flipud 0.5 --fliplr 0 "
+             "--translate 0.2 --hue 0.02 --saturation 1.3 --exposure 1.2 --degrees 3 --box-loss ciou "
+             "--obj-gain 2 --cls-gain 0.5 --image-weights --single-cls --patience 5 --autoanchor").split()
+    run_flags = "--epochs 2 --workers 0 --evaluation-interval 1 --checkpoint-interval 0 --name flags".split()
+    assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                *run_flags, *flags]) == 0
     out = capsys.readouterr().out
     run = tmp_path / "runs" / "flags"
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert {key: saved["augment"][key] for key in ("mosaic", "close_mosaic", "mixup", "flipud", "fliplr",
-                                                     "translate", "hue", "saturation", "exposure", "degrees")} \
-        == {"mosaic": 1.0, "close_mosaic": 1, "mixup": 0.5, "flipud": 0.5, "fliplr": 0.0, "translate": 0.2,
-            "hue": 0.02, "saturation": 1.3, "exposure": 1.2, "degrees": 3.0}
+    augment = ("mosaic", "close_mosaic", "mixup", "flipud", "fliplr", "translate", "hue", "saturation",
+               "exposure", "degrees")
+    assert {key: saved["augment"][key] for key in augment} == {
+        "mosaic": 1.0, "close_mosaic": 1, "mixup": 0.5, "flipud": 0.5, "fliplr": 0.0, "translate": 0.2,
+        "hue": 0.02, "saturation": 1.3, "exposure": 1.2, "degrees": 3.0}
     assert {key: saved["loss"][key] for key in ("box_loss", "obj_gain", "cls_gain", "label_smoothing")} \
         == {"box_loss": "ciou", "obj_gain": 2.0, "cls_gain": 0.5, "label_smoothing": 0.1}
     assert saved["data_args"]["image_weights"] is True and saved["data_args"]["single_cls"] is True
@@ -43,8 +43,8 @@ def test_test_rect_feeds_batches_of_the_images_aspect(tmp_path, monkeypatch, cap
     from turboyolo.model.loading import save_darknet_weights
 
     make_image_folder(tmp_path / "set", count=6, size=(40, 120), ext=".png", num_classes=1)
-    (tmp_path / "d.data").write_text(f"classes=1\ntrain={tmp_path / 'set' / 'images'}\n"
-                                     f"valid={tmp_path / 'set' / 'images'}\nnames={tmp_path / 'set' / 'k.names'}\n")
+    images, names = tmp_path / "set" / "images", tmp_path / "set" / "k.names"
+    (tmp_path / "d.data").write_text(f"classes=1\ntrain={images}\nvalid={images}\nnames={names}\n")
     cfg = micro_cfg(tmp_path / "m.cfg", size=64)
     shapes, forward = [], Darknet.forward
 
