@@ -171,7 +171,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
             if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
                 batches = logger.first_batches(batches, data.names)
-            progress.start(state.epoch, config.schedule.epochs, len(data.train), state.epoch_batches)
+            progress.start(state.epoch + 1, run.planned_epochs(), len(data.train), state.epoch_batches)
             stats, gpu_readings, epoch_start = EpochStats(device), [], time.perf_counter()
             for values in train_one_epoch(state, monitor.wrap(batches), len(data.train), options, stats):
                 if values:
