@@ -187,7 +187,7 @@ def test_close_mosaic_counts_the_last_epochs():
 
 
 def test_planned_epochs_follow_max_batches(tmp_path):
-    from turboyolo.train.fit import Run
+    from turboyolo.train.setup import Run
 
     config = TrainConfig.build(cfg="a.cfg", data="d.data", epochs=300, max_batches=250)
     spec = parse_cfg(micro_cfg(tmp_path / "m.cfg", batch=8))
