@@ -189,4 +189,4 @@ def test_mosaic_boxes_follow_pixels(scenes_, seed):
             ys, xs = np.nonzero(mask)
             h, w, box, _, _ = scenes_[k]
             assert min(xs.max() - xs.min(), ys.max() - ys.min()) + 1 < params.min_box_px + 2 or \
-                mask.sum() < 0.5 * (box[2] - box[0]) * (box[3] - box[1]) * (0.5 * OUT / max(h, w) * 1.4) ** 2
+                mask.sum() < 0.5 * (box[2] - box[0]) * (box[3] - box[1]) * (OUT / max(h, w) * 1.4) ** 2

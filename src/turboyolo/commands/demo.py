@@ -17,7 +17,9 @@ DARKNET_PHOTOS = Path("/usr/share/darknet/data")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--minutes", type=float, default=8.0, help="training time budget for the fine-tune")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="training iterations of 8 images for the fine-tune (default: 250)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the fine-tune")
     parser.add_argument("--skip-train", action="store_true", help="only the pretrained detection part")
     parser.add_argument("--project", default="runs/demo", help="parent folder of the demo's run directories")
 
@@ -57,23 +59,47 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.skip_train:
         return 0
-    run_dir = demo_finetune(trees_dir, weights, project, minutes=args.minutes)
-    print(f"[demo] fine-tuned run: {run_dir} (results.csv, results.png, TensorBoard logs)")
+    result = demo_finetune(trees_dir, weights, project, args.iterations or DEMO_ITERATIONS, seed=args.seed)
+    run_dir = result.run_dir
+    print(f"[demo] fine-tuned {result.iterations} iterations in {result.minutes:.1f} minutes of training "
+          f"(evaluations excluded): {run_dir}")
+    _print_curve(run_dir)
     _evaluate_and_detect(run_dir, trees_dir, project)
     print(f"[demo] done in {(time.time() - started) / 60:.1f} min")
     return 0
 
 
+def _print_curve(run_dir: Path) -> None:
+    """The run's evaluations from results.csv (iteration, training minutes, mAP), then its files."""
+    import csv
+
+    with open(run_dir / "results.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("mAP50")]
+    print(f"[demo] learning curve (trees val at {DEMO_VAL_SIZE}, EMA weights):")
+    print("  iteration  minutes  mAP@0.5  mAP@0.5:0.95")
+    for row in rows:
+        print(f"  {int(row['iteration']):9d}  {float(row['minutes']):7.2f}  {float(row['mAP50']):7.3f}  "
+              f"{float(row['mAP50-95']):12.3f}")
+    files = sorted(f"{p.name}/" if p.is_dir() else p.name for p in run_dir.iterdir() if p.name[0] != ".")
+    print(f"[demo] run directory {run_dir}: {' '.join(files)}")
+
+
 def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
-    """The fine-tuned model on the held-out tiles: mAP, then drawn detections and YOLO labels."""
+    """The fine-tuned model on the held-out tiles: mAP at 416 and 512, then drawn detections and labels."""
     from turboyolo.cli import main as cli
+    from turboyolo.train.evaluation import TestOptions, test_weights
 
     weights_dir = run_dir / "weights"
     checkpoint = weights_dir / "best.pt" if (weights_dir / "best.pt").exists() else weights_dir / "last.pt"
-    print(f"[demo] evaluating {checkpoint} on the trees val split")
+    scores = {}
+    for size in (416, DEMO_VAL_SIZE):
+        print(f"[demo] turboyolo test --weights {checkpoint} --img-size {size} (trees val split)")
+        options = TestOptions(img_size=size, workers=1, nms_thres=DEMO_NMS)
+        result, _ = test_weights(checkpoint, trees_dir / "trees.data", options, log=lambda _: None)
+        scores[size] = result
+    print(f"[demo] {checkpoint.name}: " + ", ".join(
+        f"mAP@0.5 {r.map50:.3f} (mAP@0.5:0.95 {r.map50_95:.3f}) at {s}" for s, r in scores.items()))
     size = str(DEMO_VAL_SIZE)
-    cli(["test", "--weights", str(checkpoint), "--data", str(trees_dir / "trees.data"), "--n-cpu", "1",
-         "--img-size", size, "--nms-thres", "0.45"])
     out = next_run_dir(project, "detect-trees")
     cli(["detect", str(trees_dir / "images" / "val"), "--weights", str(checkpoint), "--conf-thres", "0.25",
          "--img-size", size,
@@ -97,76 +123,62 @@ DEMO_FREEZE = 0
 # whole tiles at 512 (1.23x), where the small crowns cover more cells. Same weights, zoom 0.75-1.25:
 # 0.389 at 512 vs 0.352 at 416; zoom 1.0-1.5 then reached 0.42 at 512 in 7.6 minutes.
 DEMO_VAL_SIZE = 512
+DEMO_NMS = 0.45  # NMS IoU of the demo's evaluations (0.6 moved mAP@0.5 by +0.013 at 416, -0.012 at 512)
 DEMO_ZOOM = (1.0, 1.5)
-# The cosine spans the iterations the probe predicts for the budget. The real loop is ~10% slower than
-# the probe (loader, EMA, epoch ends), so the LR is near its floor when the time limit stops the run;
-# a 1.3x span kept 25% of the peak LR at the end and finished 0.38-0.40 instead of 0.41-0.42 (seed 1).
-DEMO_COSINE_SPAN = 1.0
+# A run is defined by iterations, not minutes: 250 iterations of 8 images at 416 (50 epochs of the 37
+# tiles, ~7 minutes on an idle 2-core machine); the cosine spans exactly those iterations, so the
+# result does not depend on the machine's speed.
+DEMO_ITERATIONS = 250
 
 
-def demo_finetune(data_dir: Path, weights: Path, out_project: Path, minutes: float = 8.0, *,
-                  seed: int = 0, quiet: bool = False, learning_rate: float = DEMO_LR,
-                  cosine_span: float = DEMO_COSINE_SPAN, **overrides) -> Path:
-    """Fine-tune COCO yolov3-tiny on the trees sample within ``minutes`` of training; returns the run dir.
+def demo_config(data_dir: Path, weights: Path, out_project: Path, iterations: int = DEMO_ITERATIONS, *,
+                seed: int = 0, learning_rate: float = DEMO_LR, **overrides):
+    """The demo's :class:`~turboyolo.train.config.TrainConfig` (and its cfg, written to ``out_project``).
 
-    Writes ``demo-yolov3-tiny-trees.cfg`` (one class, anchors for 16-70 px crowns, Adam with a 15-iteration
-    burn-in and a cosine decay over the iterations that fit the budget), loads every COCO layer and the
-    heads' box and objectness outputs (Darknet's ``seen`` is not carried over), trains every layer on
-    416 crops zoomed 1.0-1.5x with GIoU box loss, extra anchors above shape IoU 0.213 and EMA, and
-    evaluates every 3 epochs at ``DEMO_VAL_SIZE`` (evaluation time is not counted in the budget).
+    ``demo-yolov3-tiny-trees.cfg``: one class, anchors for 16-70 px crowns, Adam with a 15-iteration
+    burn-in and a cosine decay over exactly ``iterations``. The run loads every COCO layer and the heads'
+    box and objectness outputs (Darknet's ``seen`` is not carried over), trains every layer on 416 crops
+    zoomed 1.0-1.5x with GIoU box loss, extra anchors above shape IoU 0.213 and EMA, and evaluates every
+    3 epochs at ``DEMO_VAL_SIZE``. ``overrides``: any training option by its flat name (experiments).
     """
-    import time
-
-    import torch
-
     from turboyolo.formats.darknet_cfg import write_cfg
     from turboyolo.model.zoo import make_spec
     from turboyolo.train.config import TrainConfig
-    from turboyolo.train.fit import fit
 
     data_dir, out_project = Path(data_dir), Path(out_project)
     out_project.mkdir(parents=True, exist_ok=True)
-    budget_s = minutes * 60.0
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    # Every core computes: the loader worker only augments cached 416 tiles (data-wait ~1%), and one
-    # intra-op thread instead of two made each iteration 1.8x slower on the 2-core machine.
-    torch.set_num_threads(torch.multiprocessing.cpu_count() or threads)
-    try:
-        spec = make_spec("yolov3-tiny", num_classes=1, width=416, height=416, batch=8, subdivisions=1,
-                         learning_rate=learning_rate, anchors=DEMO_ANCHORS)
-        seconds_per_iteration = _probe_iteration_seconds(spec)
-        left = budget_s - (time.perf_counter() - start)
-        # The run ends on the time limit, not on max_batches: on a shared CPU the real speed varies; a
-        # slower run then stops a little before the LR floor, a faster one idles briefly at it.
-        iterations = max(DEMO_BURN_IN + 10, int(cosine_span * left / seconds_per_iteration))
-        spec = spec.with_net(burn_in=DEMO_BURN_IN, power=2.0, policy="cosine", max_batches=iterations,
-                             optimizer="adam",
-                             steps=(iterations + 1,), scales=(1.0,), saturation=1.5, exposure=1.5, hue=0.05)
-        cfg_path = write_cfg(spec, out_project / "demo-yolov3-tiny-trees.cfg")
-        if not quiet:
-            print(f"demo cfg {cfg_path}: {seconds_per_iteration:.2f} s per iteration of 8 images measured, "
-                  f"so {iterations} iterations (cosine LR from {learning_rate}, burn-in {DEMO_BURN_IN})")
-        config = TrainConfig.build(
-            cfg=str(cfg_path), data=str(data_dir / "trees.data"), weights=str(weights), epochs=10_000,
-            workers=1, project=str(out_project), name="trees-finetune", conf_thres=0.25, nms_thres=0.45,
-            evaluation_interval=3, checkpoint_interval=0, freeze=DEMO_FREEZE, ema_decay=0.98, ema_ramp=20.0,
-            bn_momentum=0.03, seed=seed, time_limit_min=(left - 2.0) / 60.0, eval_batch=10, max_batches=0,
-            assign_iou_thresh=DEMO_ASSIGN_IOU, box_loss="giou", val_img_size=DEMO_VAL_SIZE,
-            aug_scale=DEMO_ZOOM)
-        return fit(config.replace(**overrides), quiet=quiet).run_dir  # experiments: any option
-    finally:
-        torch.set_num_threads(threads)
+    spec = make_spec("yolov3-tiny", num_classes=1, width=416, height=416, batch=8, subdivisions=1,
+                     learning_rate=learning_rate, anchors=DEMO_ANCHORS)
+    spec = spec.with_net(burn_in=DEMO_BURN_IN, power=2.0, policy="cosine", max_batches=iterations,
+                         optimizer="adam", steps=(iterations + 1,), scales=(1.0,), saturation=1.5,
+                         exposure=1.5, hue=0.05)
+    cfg_path = write_cfg(spec, out_project / "demo-yolov3-tiny-trees.cfg")
+    config = TrainConfig.build(
+        cfg=str(cfg_path), data=str(data_dir / "trees.data"), weights=str(weights), epochs=10_000,
+        max_batches=iterations, workers=1, project=str(out_project), name="trees-finetune", conf_thres=0.25,
+        nms_thres=0.45, evaluation_interval=3, checkpoint_interval=0, freeze=DEMO_FREEZE, ema_decay=0.98,
+        ema_ramp=20.0, bn_momentum=0.03, seed=seed, eval_batch=10, assign_iou_thresh=DEMO_ASSIGN_IOU,
+        box_loss="giou", val_img_size=DEMO_VAL_SIZE, aug_scale=DEMO_ZOOM)
+    return config.replace(**overrides) if overrides else config
 
 
-def _probe_iteration_seconds(spec) -> float:
-    """Seconds of one training iteration on random images (the doctor's step measurement, median of 2)."""
+def demo_finetune(data_dir: Path, weights: Path, out_project: Path, iterations: int = DEMO_ITERATIONS, *,
+                  seed: int = 0, quiet: bool = False, learning_rate: float = DEMO_LR, **overrides):
+    """Fine-tune COCO yolov3-tiny on the trees sample for ``iterations``; returns the :class:`FitResult`.
+
+    See :func:`demo_config` for the recipe. Every core computes: the loader worker only augments cached
+    416 tiles (data-wait ~1%), and one intra-op thread instead of two made each iteration 1.8x slower
+    on the 2-core machine.
+    """
     import torch
 
-    from turboyolo.doctor.measure import DoctorOptions, measure_step
+    from turboyolo.train.fit import fit
 
-    net = spec.net
-    options = DoctorOptions(img_size=net.width, batch=net.batch, subdivisions=net.subdivisions,
-                            device=torch.device("cpu"), workers=0, worker_counts=(), repeats=2)
-    seconds, _, _ = measure_step(spec, options)
-    return seconds * net.subdivisions
+    config = demo_config(data_dir, weights, out_project, iterations, seed=seed, learning_rate=learning_rate,
+                         **overrides)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(torch.multiprocessing.cpu_count() or threads)
+    try:
+        return fit(config, quiet=quiet)
+    finally:
+        torch.set_num_threads(threads)

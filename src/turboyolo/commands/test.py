@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, a GPU index N, or auto")
     parser.add_argument("--amp", default="auto", choices=("auto", "off", "bf16", "fp16"))
     parser.add_argument("--backend", default="pycocotools", choices=("pycocotools", "faster-coco-eval"))
+    parser.add_argument("--rect", action="store_true",
+                        help="batches of similar aspect ratio, each letterboxed to its own rectangle")
     parser.add_argument("-v", "--verbose", action="store_true", help="accepted (the table is always printed)")
 
 
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     options = TestOptions(cfg=args.cfg, split=args.split, img_size=args.img_size, batch_size=args.batch_size,
                           workers=args.workers, conf_thres=args.conf_thres, iou_thres=args.iou_thres,
                           nms_thres=args.nms_thres, max_det=args.max_det, device=args.device, amp=args.amp,
-                          backend=args.backend)
+                          backend=args.backend, rect=args.rect)
     result, names = test_weights(args.weights, args.data, options)
     print(result.table(names))
     print(f"mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}")

@@ -36,11 +36,16 @@ class AugmentParams:
         saturation: saturation factor in [1/saturation, saturation] (Darknet ``saturation``).
         exposure: value (brightness) factor in [1/exposure, exposure] (Darknet ``exposure``).
         flip: probability of a horizontal flip.
+        flipud: probability of a vertical flip (0 = off; aerial and microscope images have no "up").
         min_box_px: boxes narrower or lower than this (output pixels) after clipping are dropped.
         min_visible: boxes keeping less than this fraction of their area inside the image are dropped.
         mosaic: probability that a training sample is a mosaic of 4 images (0 = off, the default).
-            A mosaic places the 4 images (each scaled by ``scale`` to about half the output) around a
-            random centre, then applies flip and HSV; rotation and translation are not applied to it.
+            A mosaic places the 4 images around a random centre, each at the scale it would have
+            alone (letterbox fit x ``scale``, as Darknet and Ultralytics keep it: the sizes the network
+            learns do not shrink), each showing the part of it next to the centre; then flips and HSV;
+            rotation and translation are not applied to it.
+        mixup: probability that a training sample is blended with another one (each built as usual,
+            mosaic included), ``r * a + (1 - r) * b`` with ``r ~ Beta(32, 32)``, boxes of both kept.
     """
 
     degrees: float = 0.0
@@ -51,18 +56,21 @@ class AugmentParams:
     saturation: float = 1.5
     exposure: float = 1.5
     flip: float = 0.5
+    flipud: float = 0.0
     min_box_px: float = 2.0
     min_visible: float = 0.25
     mosaic: float = 0.0
+    mixup: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.scale[0] <= self.scale[1]:
             raise ValueError(f"scale range {self.scale} must satisfy 0 < lo <= hi")
         if self.saturation < 1 or self.exposure < 1:
             raise ValueError("saturation and exposure are Darknet factors >= 1 (1 = off)")
-        if not 0 <= self.mosaic <= 1:
-            raise ValueError("mosaic is a probability in [0, 1]")
-        if not 0 <= self.flip <= 1 or self.jitter < 0 or self.hue < 0 or self.translate < 0:
+        if not 0 <= self.mosaic <= 1 or not 0 <= self.mixup <= 1:
+            raise ValueError("mosaic and mixup are probabilities in [0, 1]")
+        flips_ok = 0 <= self.flip <= 1 and 0 <= self.flipud <= 1
+        if not flips_ok or min(self.jitter, self.hue, self.translate) < 0:
             raise ValueError("flip must be a probability; jitter, hue and translate >= 0")
 
     @classmethod
@@ -76,21 +84,31 @@ class AugmentParams:
                    exposure=float(exposure), flip=0.5 if flip else 0.0, mosaic=float(mosaic))
 
 
-def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The rng of one sample: a function of (seed, epoch, index) only."""
-    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x70B0])
+def sample_rng(seed: int, epoch: int, index: int, stream: int = 0) -> np.random.Generator:
+    """The rng of one sample: a function of (seed, epoch, index) only (``stream`` > 0: another draw of
+    the same sample, e.g. as a mixup partner)."""
+    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x70B0]
+                                 + ([stream] if stream else []))
 
 
-def letterbox_matrix(orig_hw: tuple[int, int], out_size: int
+def out_wh(out_size: int | tuple[int, int]) -> tuple[int, int]:
+    """(width, height) of an output given as one side or as (width, height)."""
+    if isinstance(out_size, int | np.integer):
+        return int(out_size), int(out_size)
+    return int(out_size[0]), int(out_size[1])
+
+
+def letterbox_matrix(orig_hw: tuple[int, int], out_size: int | tuple[int, int]
                      ) -> tuple[np.ndarray, float, tuple[float, float]]:
-    """Fit the original image into ``out_size`` x ``out_size`` keeping aspect ratio, centred.
+    """Fit the original image into ``out_size`` (a side, or (width, height)) keeping aspect ratio, centred.
 
     Returns:
         (2x3 float64 matrix original px -> network px, ratio, (pad_x, pad_y)); ``net = ratio*orig + pad``.
     """
     h, w = orig_hw
-    ratio = out_size / max(h, w)
-    pad = ((out_size - w * ratio) / 2, (out_size - h * ratio) / 2)
+    out_w, out_h = out_wh(out_size)
+    ratio = min(out_w / w, out_h / h)
+    pad = ((out_w - w * ratio) / 2, (out_h - h * ratio) / 2)
     matrix = np.array([[ratio, 0.0, pad[0]], [0.0, ratio, pad[1]]])
     return matrix, ratio, pad
 
@@ -99,7 +117,8 @@ def random_matrix(orig_hw: tuple[int, int], out_size: int, params: AugmentParams
                   rng: np.random.Generator) -> np.ndarray:
     """Letterbox + random scale/aspect/rotation/translation/flip as one 2x3 matrix (original -> net).
 
-    Draws exactly six numbers from ``rng`` in a fixed order (scale, aspect, angle, tx, ty, flip).
+    Draws exactly six numbers from ``rng`` in a fixed order (scale, aspect, angle, tx, ty, flip), and
+    a seventh (vertical flip) only when ``params.flipud > 0``, so runs without it keep their draws.
     """
     h, w = orig_hw
     fit = out_size / max(h, w)
@@ -109,8 +128,9 @@ def random_matrix(orig_hw: tuple[int, int], out_size: int, params: AugmentParams
     angle = math.radians(rng.uniform(-params.degrees, params.degrees))
     tx, ty = rng.uniform(-params.translate, params.translate, size=2) * out_size
     flip = rng.random() < params.flip
+    flipud = params.flipud > 0 and rng.random() < params.flipud
     sx = fit * zoom * math.sqrt(aspect) * (-1.0 if flip else 1.0)
-    sy = fit * zoom / math.sqrt(aspect)
+    sy = fit * zoom / math.sqrt(aspect) * (-1.0 if flipud else 1.0)
     cos, sin = math.cos(angle), math.sin(angle)
     # net = T(centre + t) @ R @ S @ T(-image centre)
     linear = np.array([[cos, -sin], [sin, cos]]) @ np.diag([sx, sy])
@@ -132,7 +152,7 @@ def warp_image(image: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray,
     Returns:
         uint8 [height, width, 3].
     """
-    dsize = (out_size, out_size) if isinstance(out_size, int) else tuple(out_size)
+    dsize = out_wh(out_size)
     h, w = image.shape[:2]
     # image px -> original px is a per-axis scale; then convert continuous coordinates to OpenCV's
     # pixel-centre convention: x_i' = A (x_i + 0.5) + b - 0.5.
@@ -149,7 +169,8 @@ def warp_image(image: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray,
                           borderValue=(fill, fill, fill))
 
 
-def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray, out_size: int,
+def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.ndarray,
+                    out_size: int | tuple[int, int],
                     min_box_px: float = 2.0, min_visible: float = 0.25,
                     clip: tuple[float, float, float, float] | None = None) -> np.ndarray:
     """Move YOLO boxes through ``matrix``; clip to the output; drop tiny or mostly-outside boxes.
@@ -157,10 +178,11 @@ def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.nda
     Args:
         labels: float32 [N, 5] (cls, cx, cy, w, h) relative to the original image.
         matrix: 2x3 original px -> net px.
+        out_size: the output's side, or its (width, height).
         clip: (x1, y1, x2, y2) region of the output the boxes are clipped to (default: all of it).
 
     Returns:
-        float32 [M, 5] (cls, cx, cy, w, h) relative to the ``out_size`` x ``out_size`` output, M <= N.
+        float32 [M, 5] (cls, cx, cy, w, h) relative to the output, M <= N.
     """
     if len(labels) == 0:
         return np.zeros((0, 5), dtype=np.float32)
@@ -173,13 +195,14 @@ def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.nda
     ny = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2]
     x1, x2, y1, y2 = nx.min(1), nx.max(1), ny.min(1), ny.max(1)
     full_area = (x2 - x1) * (y2 - y1)
-    cx1, cy1, cx2, cy2 = clip if clip is not None else (0, 0, out_size, out_size)
+    out_w, out_h = out_wh(out_size)
+    cx1, cy1, cx2, cy2 = clip if clip is not None else (0, 0, out_w, out_h)
     x1c, x2c = np.clip(x1, cx1, cx2), np.clip(x2, cx1, cx2)
     y1c, y2c = np.clip(y1, cy1, cy2), np.clip(y2, cy1, cy2)
     cw, ch = x2c - x1c, y2c - y1c
     keep = (cw >= min_box_px) & (ch >= min_box_px) & (cw * ch >= min_visible * np.maximum(full_area, 1e-9))
-    out = np.stack([labels[:, 0], (x1c + x2c) / 2 / out_size, (y1c + y2c) / 2 / out_size,
-                    cw / out_size, ch / out_size], axis=1)[keep]
+    out = np.stack([labels[:, 0], (x1c + x2c) / 2 / out_w, (y1c + y2c) / 2 / out_h,
+                    cw / out_w, ch / out_h], axis=1)[keep]
     return out.astype(np.float32)
 
 
@@ -219,7 +242,8 @@ def apply_hsv(image: np.ndarray, table: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=image)
 
 
-def augment_sample(image: np.ndarray, labels: np.ndarray, orig_hw: tuple[int, int], out_size: int,
+def augment_sample(image: np.ndarray, labels: np.ndarray, orig_hw: tuple[int, int],
+                   out_size: int | tuple[int, int],
                    params: AugmentParams | None, rng: np.random.Generator | None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One sample to the network input: letterbox (``params=None``) or the full random augmentation.
@@ -228,13 +252,14 @@ def augment_sample(image: np.ndarray, labels: np.ndarray, orig_hw: tuple[int, in
         image: uint8 [h, w, 3] RGB standing for the original of size ``orig_hw`` (may be pre-resized).
         labels: float32 [N, 5] (cls, cx, cy, w, h) relative to the original.
         orig_hw: (height, width) of the original image.
-        out_size: side of the square output.
+        out_size: side of the square output; validation (``params=None``) also takes (width, height),
+            the shape of a rectangular batch.
         params: augmentation ranges, or ``None`` for validation (letterbox only, boxes kept as is).
         rng: the sample's rng (:func:`sample_rng`); unused when ``params`` is None.
 
     Returns:
-        (uint8 [out_size, out_size, 3], float32 [M, 5] relative to the output, 2x3 matrix original
-        px -> output px).
+        (uint8 [height, width, 3], float32 [M, 5] relative to the output, 2x3 matrix original px ->
+        output px).
     """
     if params is None:
         matrix = letterbox_matrix(orig_hw, out_size)[0]
@@ -251,15 +276,20 @@ def augment_sample(image: np.ndarray, labels: np.ndarray, orig_hw: tuple[int, in
     return out, boxes, matrix
 
 
-def mosaic_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+def mosaic_rng(seed: int, epoch: int, index: int, stream: int = 0) -> np.random.Generator:
     """The rng deciding whether sample ``index`` is a mosaic and which images join it."""
-    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x405A1C])
+    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x405A1C]
+                                 + ([stream] if stream else []))
 
 
 def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], out_size: int,
                   params: AugmentParams, rng: np.random.Generator
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Four images around a random centre, then flip and HSV (see ``AugmentParams.mosaic``).
+    """Four images around a random centre, then flips and HSV (see ``AugmentParams.mosaic``).
+
+    Image k fills the quadrant that touches the centre with its bottom-right (k=0), bottom-left (1),
+    top-right (2) or top-left (3) corner, scaled by ``out_size / longer side * zoom`` (its letterbox
+    fit); its boxes are clipped to that quadrant, so no box crosses into another image.
 
     Args:
         parts: 4 x (uint8 image standing for the original, float32 [N, 5] labels relative to the
@@ -275,12 +305,13 @@ def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], o
     zooms = rng.uniform(params.scale[0], params.scale[1], size=4)
     flip = rng.random() < params.flip
     table = hsv_table(rng, params.hue, params.saturation, params.exposure)
+    flipud = params.flipud > 0 and rng.random() < params.flipud  # last: runs without it keep their draws
     canvas = np.full((size, size, 3), FILL_VALUE, np.uint8)
     quadrants = ((0, 0, cx, cy), (cx, 0, size, cy), (0, cy, cx, size), (cx, cy, size, size))
     all_boxes, first_matrix = [], None
     for k, ((image, labels, orig_hw), (qx1, qy1, qx2, qy2)) in enumerate(zip(parts, quadrants, strict=True)):
         h, w = orig_hw
-        s = 0.5 * size / max(h, w) * zooms[k]
+        s = size / max(h, w) * zooms[k]
         # the image's corner that touches the centre: bottom-right, bottom-left, top-right, top-left
         tx = cx - s * w if k in (0, 2) else cx
         ty = cy - s * h if k in (0, 1) else cy
@@ -296,6 +327,30 @@ def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], o
     if flip:
         canvas = cv2.flip(canvas, 1)
         boxes[:, 1] = 1.0 - boxes[:, 1]
+    if flipud:
+        canvas = cv2.flip(canvas, 0)
+        boxes[:, 2] = 1.0 - boxes[:, 2]
     if params.hue or params.saturation > 1 or params.exposure > 1:
         canvas = apply_hsv(canvas, table)
     return canvas, boxes, first_matrix
+
+
+def mixup_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The rng deciding whether sample ``index`` is blended, with which sample and by how much."""
+    return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x313C])
+
+
+def mixup(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], ratio: float
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Blend two network inputs: ``ratio * first + (1 - ratio) * second``, boxes of both (as YOLOv5).
+
+    Args:
+        first, second: (uint8 [S, S, 3], float32 [N, 5] boxes relative to the image), same size.
+        ratio: weight of ``first`` (YOLOv5 draws it from Beta(32, 32), so about 0.5).
+
+    Returns:
+        (uint8 [S, S, 3], float32 [N1 + N2, 5]).
+    """
+    (image_a, boxes_a), (image_b, boxes_b) = first, second
+    blended = cv2.addWeighted(image_a, float(ratio), image_b, 1.0 - float(ratio), 0.0)
+    return blended, np.concatenate([boxes_a, boxes_b]).astype(np.float32)

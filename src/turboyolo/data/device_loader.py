@@ -106,7 +106,7 @@ class DeviceAugmentDataset(DetectionDataset):
         pad = np.empty((count, 2), np.float64)
         paths, rows, failures_by_slot = [], [], {}
         params = self.augment
-        for slot, (index, epoch, _) in enumerate(keys):
+        for slot, (index, epoch, *_) in enumerate(keys):
             failures: list[tuple[str, str]] = []
             image, orig_hw, chosen = self._load_robust(index, epoch, failures)
             rng = sample_rng(self.seed, epoch, index) if params is not None else None
@@ -182,3 +182,6 @@ def check_device_augment(augment: AugmentParams | None) -> None:
     if augment is not None and augment.mosaic > 0:
         raise DataError(f"--augment-on device does not build mosaics (mosaic={augment.mosaic}); "
                         "set mosaic=0 in the cfg [net] or use --augment-on cpu")
+    if augment is not None and augment.mixup > 0:
+        raise DataError(f"--augment-on device does not blend images (mixup={augment.mixup}); "
+                        "use --mixup 0 or --augment-on cpu")

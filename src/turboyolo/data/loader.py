@@ -12,8 +12,10 @@ each image is evaluated once or not at all. Both are counted and named: ``Detect
 ``DetectionLoader.dropped`` and their ``*_summary()`` lines.
 
 Determinism: the batch sampler (main process) decides which sample indices, epoch and output size
-every batch has; each sample's augmentation rng is ``sample_rng(seed, epoch, index)``. So batches do
-not depend on the number of workers, and all ranks agree on the size sequence.
+every batch has, and whether mosaic and mixup are on (``--close-mosaic`` turns them off for the last
+epochs: the sampler's key carries it, so persistent workers need no message); each sample's
+augmentation rng is ``sample_rng(seed, epoch, index)``. So batches do not depend on the number of
+workers, and all ranks agree on the size sequence.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from turboyolo.data.augment import (
     AugmentParams,
     augment_sample,
     letterbox_matrix,
+    mixup,
+    mixup_rng,
     mosaic_rng,
     mosaic_sample,
     sample_rng,
@@ -128,7 +132,10 @@ class DroppedSample:
 
 
 class DetectionDataset(torch.utils.data.Dataset):
-    """Map-style dataset keyed by ``(index, epoch, size)`` (what the batch sampler yields).
+    """Map-style dataset keyed by ``(index, epoch, size[, mix])`` (what the batch sampler yields).
+
+    ``size`` is the square side, or (width, height) for a rectangular validation batch; ``mix``
+    (default True) allows mosaic and mixup for this sample.
 
     Never returns None. A sample that fails to load is replaced by another one chosen from
     (seed, epoch, index, attempt), and the slot's meta records the failure; with ``drop_broken`` (an
@@ -168,33 +175,53 @@ class DetectionDataset(torch.utils.data.Dataset):
         raise DataError(f"{MAX_REPLACEMENTS} samples in a row failed to load (first: {failures[0]}); "
                         "run the scan again, the data set changed")
 
-    def __getitem__(self, key: tuple[int, int, int]):
-        index, epoch, size = key
+    def __getitem__(self, key: tuple):
+        index, epoch, size, *rest = key
+        mix = rest[0] if rest else True
         failures: list[tuple[str, str]] = []
         if self.drop_broken:
             try:
                 image, orig_hw = self.load(index)
             except (DataError, OSError, ValueError, cv2.error) as err:
                 return DroppedSample(str(self.samples[index].image), _reason(err, self.samples[index].image))
-            chosen = index
+            loaded = (image, orig_hw, index)
         else:
-            image, orig_hw, chosen = self._load_robust(index, epoch, failures)
+            loaded = self._load_robust(index, epoch, failures)
+        out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures)
+        params = self.augment
+        if mix and params is not None and params.mixup > 0:
+            draw = mixup_rng(self.seed, epoch, index)
+            if draw.random() < params.mixup:
+                partner, ratio = int(draw.integers(len(self.samples))), float(draw.beta(32.0, 32.0))
+                partner_loaded = self._load_robust(partner, epoch, failures)
+                other = self._compose(partner_loaded, partner, epoch, size, mix, failures, stream=1)
+                out, boxes = mixup((out, boxes), (other[0], other[1]), ratio)
+        _, orig_hw, chosen = loaded
+        _, ratio, pad = letterbox_matrix(orig_hw, size)
+        meta = ImageMeta(self.samples[chosen].image, orig_hw, ratio, pad, matrix, tuple(failures))
+        return out, boxes, meta
+
+    def _compose(self, loaded: tuple[np.ndarray, tuple[int, int], int], index: int, epoch: int, size,
+                 mix: bool, failures: list[tuple[str, str]], stream: int = 0
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample ``index`` (``loaded``: its image, original size and the sample actually read) as the
+        network sees it, a mosaic when drawn so; ``stream`` > 0 draws anew (a mixup partner is not the
+        copy of its own sample in this epoch)."""
+        image, orig_hw, chosen = loaded
         labels = self.samples[chosen].labels
         params = self.augment
-        use_mosaic = params is not None and params.mosaic > 0
-        mosaic_draw = mosaic_rng(self.seed, epoch, index) if use_mosaic else None
+        use_mosaic = mix and params is not None and params.mosaic > 0
+        mosaic_draw = mosaic_rng(self.seed, epoch, index, stream) if use_mosaic else None
+        rng = sample_rng(self.seed, epoch, index, stream) if params is not None else None
         if mosaic_draw is not None and mosaic_draw.random() < params.mosaic:
             parts = [(image, labels, orig_hw)]
             for other in mosaic_draw.integers(len(self.samples), size=3):
                 o_image, o_hw, o_chosen = self._load_robust(int(other), epoch, failures)
                 parts.append((o_image, self.samples[o_chosen].labels, o_hw))
-            out, boxes, matrix = mosaic_sample(parts, size, params, sample_rng(self.seed, epoch, index))
+            out, boxes, matrix = mosaic_sample(parts, size, params, rng)
         else:
-            rng = sample_rng(self.seed, epoch, index) if params is not None else None
             out, boxes, matrix = augment_sample(image, labels, orig_hw, size, params, rng)
-        _, ratio, pad = letterbox_matrix(orig_hw, size)
-        meta = ImageMeta(self.samples[chosen].image, orig_hw, ratio, pad, matrix, tuple(failures))
-        return out, boxes, meta
+        return out, boxes, matrix
 
 
 def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
@@ -224,19 +251,32 @@ def _reason(err: Exception, path) -> str:
 class MultiScaleBatchSampler(torch.utils.data.Sampler):
     """Yields lists of ``(index, epoch, size)``; one size per batch, all ranks agree.
 
-    Order: a permutation of (seed, epoch) when shuffling; for ``world_size > 1`` the order is padded
-    to a multiple of ``world_size`` (repeating the start) and rank r takes positions r, r+W, ...
-    The size of batch b is drawn from (seed, epoch) so it is the same on every rank.
+    Order: a permutation of (seed, epoch) when shuffling (with ``weights``: ``num_samples`` draws with
+    replacement, each index with probability proportional to its weight); for ``world_size > 1`` the
+    order is padded to a multiple of ``world_size`` (repeating the start) and rank r takes positions
+    r, r+W, ... The size of batch b is drawn from (seed, epoch) so it is the same on every rank.
+    While :attr:`mix` is False (``--close-mosaic``) keys are ``(index, epoch, size, False)``: no mosaic
+    or mixup.
+
+    With ``rect_hw`` (each image's (height, width); validation) the order is sorted by aspect ratio and
+    each batch is letterboxed to the smallest multiple-of-32 rectangle that holds the ``img_size``
+    letterbox of its most extreme image (Ultralytics' ``--rect``): ``size`` is then (width, height).
     """
 
     def __init__(self, num_samples: int, batch_size: int, img_size: int, *, shuffle: bool, seed: int = 0,
                  multiscale: tuple[int, int] | None = None, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = False):
+                 drop_last: bool = False, weights: np.ndarray | None = None,
+                 rect_hw: np.ndarray | None = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.num_samples, self.batch_size, self.img_size = num_samples, batch_size, img_size
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.drop_last = drop_last
+        self.weights = None if weights is None else np.asarray(weights, np.float64)
+        self.aspect = None if rect_hw is None else np.asarray(rect_hw, np.float64).reshape(-1, 2)
+        if self.aspect is not None:
+            self.aspect = self.aspect[:, 0] / self.aspect[:, 1]  # height / width
+        self.mix = True
         self.epoch = 0
         self.start = 0  # global position in the epoch's order to start from (resume on another world size)
         if multiscale:
@@ -257,7 +297,13 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
     def _indices(self) -> np.ndarray:
         if self.shuffle:
             rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5A3D])
-            order = rng.permutation(self.num_samples)
+            if self.weights is not None:
+                chance = self.weights / self.weights.sum()
+                order = rng.choice(self.num_samples, size=self.num_samples, p=chance)
+            else:
+                order = rng.permutation(self.num_samples)
+        elif self.aspect is not None:
+            order = np.argsort(self.aspect, kind="stable")
         else:
             order = np.arange(self.num_samples)
         order = order[self.start:]
@@ -276,7 +322,23 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         sizes = size_rng.choice(self.sizes, size=len(self))
         for b in range(len(self)):
             chunk = order[b * self.batch_size:(b + 1) * self.batch_size]
-            yield [(int(i), self.epoch, int(sizes[b])) for i in chunk]
+            size = int(sizes[b]) if self.aspect is None else rect_shape(self.aspect[chunk], int(sizes[b]))
+            # (index, epoch, size) as before --close-mosaic; a 4th element only when mosaic/mixup are off
+            yield [(int(i), self.epoch, size) if self.mix else (int(i), self.epoch, size, False)
+                   for i in chunk]
+
+
+def rect_shape(aspects: np.ndarray, img_size: int) -> int | tuple[int, int]:
+    """The (width, height) of a rectangular batch of images with ``aspects`` (height / width), or the
+    side when that is square: the ``img_size`` letterbox of every image fits, each side a multiple of 32."""
+    low, high = float(aspects.min()), float(aspects.max())
+    width, height = 1.0, 1.0
+    if high < 1:  # all wider than high
+        height = high
+    elif low > 1:  # all taller than wide
+        width = 1 / low
+    shape = (_round_up(width * img_size), _round_up(height * img_size))
+    return shape[0] if shape[0] == shape[1] else shape
 
 
 class _Tail(torch.utils.data.Sampler):
@@ -344,8 +406,10 @@ class DetectionLoader:
     def replaced_count(self) -> int:
         return len(self.replaced)
 
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
+    def set_epoch(self, epoch: int, start: int = 0, mix: bool = True) -> None:
+        """Select the epoch (and its start, see the sampler); ``mix=False``: no mosaic or mixup in it."""
         self.batch_sampler.set_epoch(epoch, start)
+        self.batch_sampler.mix = mix
 
     def __len__(self) -> int:
         return len(self.batch_sampler)

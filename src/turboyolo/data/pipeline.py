@@ -10,6 +10,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+import numpy as np
+
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.device_loader import DeviceAugmentDataset, DeviceAugmentLoader, check_device_augment
 from turboyolo.data.loader import (
@@ -27,7 +29,8 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
                  workers: int | None = None, shuffle: bool, seed: int = 0,
                  multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
                  drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None,
-                 augment_on: str = "cpu", drop_broken: bool | None = None) -> DetectionLoader:
+                 augment_on: str = "cpu", drop_broken: bool | None = None,
+                 image_weights: Sequence[float] | None = None, rect: bool = False) -> DetectionLoader:
     """Build the training (``augment`` given) or validation (``augment=None``) loader.
 
     Args:
@@ -48,6 +51,10 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
         drop_broken: a sample that fails to load is left out (and listed in ``loader.dropped``) instead
             of replaced by another one; what evaluation needs, so no image is counted twice. Default
             (None): drop in an evaluation loader (``augment=None`` and not ``shuffle``), else replace.
+        image_weights: per sample, its relative chance to be drawn (shuffled training: each epoch draws
+            ``len(samples)`` samples with replacement); None = every sample once per epoch.
+        rect: validation only: batches of similar aspect ratio letterboxed to a rectangle
+            (:class:`MultiScaleBatchSampler`); images whose size the scan did not record count as square.
 
     Returns:
         :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
@@ -66,9 +73,17 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
     if augment_on not in ("cpu", "device"):
         raise DataError(f"--augment-on {augment_on!r}: use cpu or device")
     decode_size = _round_up(decode_size) if multiscale else decode_size
+    if rect and (augment is not None or shuffle or multiscale):
+        raise DataError("rectangular batches are for evaluation: no augmentation, shuffle or multiscale")
+    rect_hw = np.array([s.hw or (1, 1) for s in samples], np.float64) if rect else None
+    weights = None
+    if image_weights is not None:
+        weights = np.asarray(image_weights, np.float64)
+        if len(weights) != len(samples) or not np.all(weights >= 0) or weights.sum() <= 0:
+            raise DataError("image weights: one non-negative weight per sample, not all zero")
     sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
                                      multiscale=multiscale, rank=rank, world_size=world_size,
-                                     drop_last=drop_last)
+                                     drop_last=drop_last, weights=weights, rect_hw=rect_hw)
     if workers is None:
         workers = default_workers(world_size)
     if augment_on == "device":

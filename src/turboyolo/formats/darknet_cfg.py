@@ -213,7 +213,7 @@ UNSUPPORTED_KEYS = {
 TRAINING_ONLY_KEYS: dict[str, dict[str, str]] = {
     "net": {
         "cutmix": "Darknet's CutMix",
-        "mixup": "Darknet's MixUp",
+        "mixup": "Darknet's MixUp; turboyolo's is --mixup P",
         "blur": "Darknet's blur augmentation",
         "gaussian_noise": "Darknet's noise augmentation",
         "mosaic_bound": "Darknet's mosaic",
@@ -226,7 +226,6 @@ TRAINING_ONLY_KEYS: dict[str, dict[str, str]] = {
         "resize": "the range of Darknet's random resize (turboyolo: --aug-scale)",
         "objectness_smooth": "Darknet's IoU-valued objectness targets (turboyolo: --obj-iou)",
         "focal_loss": "Darknet's focal loss",
-        "label_smooth_eps": "Darknet's label smoothing",
         "counters_per_class": "Darknet's class balancing",
         "iou_thresh_kind": "the overlap Darknet's iou_thresh assignment uses (turboyolo: IoU)",
         "delta_normalizer": "a Darknet option its [yolo] layer does not use",
@@ -238,6 +237,7 @@ TRAINING_ONLY_OFF = {"resize": 1.0, "delta_normalizer": 1.0, "iou_thresh_kind": 
 QUIET_KEYS = {
     "net": {"flip", "step", "scale", "letter_box"},  # letter_box: turboyolo always letterboxes
     "route": {"stream", "wait_stream"},
+    "yolo": {"label_smooth_eps"},  # the trainer's --label-smoothing default (train/recipe.py)
 }
 UNSUPPORTED_SECTIONS_HINT = (
     "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"

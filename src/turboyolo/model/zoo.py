@@ -223,3 +223,19 @@ def with_anchors(spec: ModelSpec, anchors: tuple[tuple[float, float], ...]) -> M
                 )
             layers[index] = replace(layer, anchors=tuple((float(w), float(h)) for w, h in anchors))
     return replace(spec, layers=tuple(layers))
+
+
+def with_classes(spec: ModelSpec, num_classes: int) -> ModelSpec:
+    """The same network predicting ``num_classes`` classes: every [yolo] layer's ``classes`` and the
+    filters of the convolution feeding it (``len(mask) * (5 + classes)``)."""
+    layers = list(spec.layers)
+    for index, layer in enumerate(layers):
+        if not isinstance(layer, YoloSpec):
+            continue
+        head = layers[index - 1] if index else None
+        if not isinstance(head, ConvSpec) or head.filters != len(layer.mask) * (5 + layer.classes):
+            raise ConfigError(f"{spec.source}:{layer.line}: [yolo] is not fed by a convolution with "
+                              f"len(mask) * (5 + classes) filters; set its class count in the cfg")
+        layers[index - 1] = replace(head, filters=len(layer.mask) * (5 + num_classes))
+        layers[index] = replace(layer, classes=num_classes)
+    return replace(spec, layers=tuple(layers))

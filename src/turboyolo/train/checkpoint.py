@@ -5,7 +5,7 @@ run code from the file), built by :func:`checkpoint_dict` and read back by :func
 
     format, version, model, ema (or None), ema_updates, optimizer, scaler, iteration, epoch,
     epoch_batches (mini-batches of ``epoch`` already consumed), epoch_start_sample, world_size,
-    mini_batch, seen, best_fitness, rng, config (TrainConfig.as_dict()), cfg_text
+    mini_batch, seen, best_fitness, best_epoch, rng, config (TrainConfig.as_dict()), cfg_text
 
 Saving copies every tensor into buffers allocated once and reused (pinned memory on CUDA), hands the
 copy to a writer thread and returns: the training loop blocks only for the copy. The thread writes a
@@ -321,6 +321,7 @@ def checkpoint_dict(state, config_dict: dict, cfg_text: str) -> dict:
         "mini_batch": state.images_per_iteration // max(state.subdivisions, 1),
         "seen": state.seen,
         "best_fitness": state.best_fitness,
+        "best_epoch": state.best_epoch,
         "rng": rng_state(),
         "config": config_dict,
         "cfg_text": cfg_text,
@@ -349,4 +350,5 @@ def restore(state, saved: dict) -> None:
         state.epoch_start_sample += consumed
         state.epoch_batches = 0
     state.best_fitness = float(saved.get("best_fitness", -1.0))
+    state.best_epoch = saved.get("best_epoch")
     set_rng_state(saved.get("rng", {}))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from turboyolo.devices import AMP_CHOICES
@@ -42,6 +43,11 @@ class DataArgs:
     augment_on: str = option("cpu", "where affine/letterbox, HSV and flip run: the loader's CPU processes, "
                              "or the training device as batched tensor ops (then the loader only copies "
                              "cached uint8 images; use with --cache)", choices=AUGMENT_ON_CHOICES)
+    single_cls: bool = option(False, "train every class as one (a cfg with more classes is rewritten to 1; "
+                              "names become ['item'] unless the data set has one)", action="store_true")
+    image_weights: bool = option(False, "draw training images by class weight (1 / boxes of the class, "
+                                 "summed over an image's boxes) instead of each once per epoch",
+                                 action="store_true")
 
     def check(self) -> None:
         _require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
@@ -60,8 +66,11 @@ class ScheduleArgs:
                                      "max_batches; 0 = epochs only)", type=int)
     batch: int | None = option(None, "images per iteration (default: the cfg's batch)", type=int)
     subdivisions: int | None = option(None, "mini-batches per iteration (default: the cfg's)", type=int)
-    time_limit_min: float = option(0.0, "stop after this many minutes of training (0: none)",
-                                   "--time-limit", type=float)
+    time_limit_min: float = option(0.0, "stop after this many minutes of training (0: none); the LR schedule "
+                                   "is still the cfg's over --max-batches/--epochs (a warning says when the "
+                                   "limit cuts it short)", "--time-limit", type=float)
+    patience: int = option(0, "stop when this many epochs pass without a better fitness "
+                           "(0.1 mAP@0.5 + 0.9 mAP@0.5:0.95; 0: never)", type=int)
 
     def check(self) -> None:
         _require(self.epochs >= 1, "--epochs must be >= 1")
@@ -69,11 +78,13 @@ class ScheduleArgs:
         _require(self.batch is None or self.batch >= 1, "--batch must be >= 1")
         _require(self.subdivisions is None or self.subdivisions >= 1, "--subdivisions must be >= 1")
         _require(self.time_limit_min >= 0, "--time-limit must be >= 0 minutes")
+        _require(self.patience >= 0, "--patience must be >= 0 epochs (0: off)")
 
 
 @dataclass
 class AugmentArgs:
-    """The training augmentation (the cfg's ``angle``, ``saturation``, ``exposure``, ``hue`` too)."""
+    """The training augmentation; ``None`` = the cfg's value (``[net]`` angle, hue, saturation, exposure,
+    flip, mosaic; ``[yolo]`` jitter). Every field is also a ``--hyp`` file key."""
 
     augment: bool = option(True, "augment training images (--no-augment: letterbox only, for debugging)",
                            action=argparse.BooleanOptionalAction)
@@ -81,18 +92,46 @@ class AugmentArgs:
                               "--multiscale-training", "--multiscale", action="store_true")
     aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
                                             metavar=("MIN", "MAX"))
+    translate: float = option(0.1, "random shift, a fraction of the input side per axis", type=float)
+    degrees: float | None = option(None, "random rotation in +-degrees (default: the cfg's angle)",
+                                   type=float)
+    jitter: float | None = option(None, "aspect-ratio jitter (default: the cfg's [yolo] jitter, at most 0.3)",
+                                  type=float)
+    hue: float | None = option(None, "hue shift, a fraction of the colour circle (default: the cfg's hue)",
+                               type=float)
+    saturation: float | None = option(None, "saturation factor range 1/S..S (default: the cfg's, >= 1)",
+                                      type=float)
+    exposure: float | None = option(None, "brightness factor range 1/E..E (default: the cfg's, >= 1)",
+                                    type=float)
+    fliplr: float | None = option(None, "probability of a left-right flip (default: 0.5, 0 with the cfg's "
+                                  "flip=0)", type=float, metavar="P")
+    flipud: float = option(0.0, "probability of an up-down flip (aerial and microscope images)", type=float,
+                           metavar="P")
     mosaic: float | None = option(None, "probability of a 4-image mosaic per training sample (default: "
                                   "the cfg's [net] mosaic, else 0)", type=float, metavar="P")
+    close_mosaic: int = option(0, "no mosaic and no mixup in the last N epochs of the run", type=int,
+                               metavar="N")
+    mixup: float = option(0.0, "probability of blending a training sample with another (YOLOv5's mixup)",
+                          type=float, metavar="P")
 
     def check(self) -> None:
         low, high = self.aug_scale
         _require(0 < low <= high, "--aug-scale needs 0 < MIN <= MAX")
-        _require(self.mosaic is None or 0 <= self.mosaic <= 1, "--mosaic is a probability in [0, 1]")
+        for name in ("mosaic", "mixup", "fliplr", "flipud"):
+            value = getattr(self, name)
+            _require(value is None or 0 <= value <= 1, f"--{name} is a probability in [0, 1]")
+        _require(self.translate >= 0, "--translate must be >= 0")
+        _require(self.jitter is None or self.jitter >= 0, "--jitter must be >= 0")
+        _require(self.hue is None or 0 <= self.hue <= 0.5, "--hue must be in [0, 0.5]")
+        for name in ("saturation", "exposure"):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"--{name} is a Darknet factor >= 1 (1 = off)")
+        _require(self.close_mosaic >= 0, "--close-mosaic must be >= 0 epochs")
 
 
 @dataclass
 class LossArgs:
-    """Target assignment and the weights of the loss terms."""
+    """Target assignment, the anchors and the weights of the loss terms (also ``--hyp`` file keys)."""
 
     box_loss: str = option("cfg", "box regression loss: cfg = each [yolo]'s iou_loss (mse when absent); "
                            "the others replace it in every head (darknet = mse); the cfg's iou_normalizer "
@@ -108,6 +147,13 @@ class LossArgs:
     box_gain: float = option(1.0, "multiplier of the box term", type=float)
     obj_gain: float = option(1.0, "multiplier of the objectness term", type=float)
     cls_gain: float = option(1.0, "multiplier of the class term", type=float)
+    label_smoothing: float | None = option(None, "class targets 1 - eps/2 and eps/2 instead of 1 and 0 "
+                                           "(default: the cfg's [yolo] label_smooth_eps, else 0)",
+                                           "--label-smoothing", "--label-smooth-eps", type=float,
+                                           metavar="EPS")
+    autoanchor: bool = option(False, "when the cfg's anchors cover the training boxes poorly (best-possible "
+                              "recall < 98%%), fit new ones (k-means) and train with them (model.cfg)",
+                              action="store_true")
 
     def check(self) -> None:
         _require(self.box_loss in BOX_LOSSES, f"--box-loss must be one of {', '.join(BOX_LOSSES)}")
@@ -115,6 +161,8 @@ class LossArgs:
                  "--assign-iou-thres must be in (0, 1]")
         _require(self.anchor_ratio >= 0, "--anchor-ratio must be >= 0")
         _require(min(self.box_gain, self.obj_gain, self.cls_gain) >= 0, "loss gains must be >= 0")
+        _require(self.label_smoothing is None or 0 <= self.label_smoothing < 1,
+                 "--label-smoothing must be in [0, 1)")
 
 
 @dataclass
@@ -134,6 +182,8 @@ class EvalArgs:
                                     type=int)
     verbose: bool = option(False, "print the per-class table every evaluation", "-v", "--verbose",
                            action="store_true")
+    rect: bool = option(False, "evaluate in batches of similar aspect ratio, each letterboxed to its own "
+                        "rectangle (less padding; the same boxes)", action="store_true")
 
     def check(self) -> None:
         _require(self.evaluation_interval >= 0, "--evaluation-interval must be >= 0 (0: never)")
@@ -217,6 +267,7 @@ class TrainConfig:
     data: str = ""
     weights: str | None = None
     resume: str | None = None
+    hyp: str | None = None  # the --hyp file the augment and loss values came from (they are stored too)
     data_args: DataArgs = field(default_factory=DataArgs)
     schedule: ScheduleArgs = field(default_factory=ScheduleArgs)
     augment: AugmentArgs = field(default_factory=AugmentArgs)
@@ -238,24 +289,30 @@ class TrainConfig:
     # ------------------------------------------------------------------ construction
     @classmethod
     def build(cls, cfg: str = "", data: str = "", weights: str | None = None, resume: str | None = None,
-              **options: Any) -> TrainConfig:
-        """From flat option names (``epochs=5, cache="ram"``), the Python API's spelling of the flags."""
+              hyp: str | None = None, **options: Any) -> TrainConfig:
+        """From flat option names (``epochs=5, cache="ram"``), the Python API's spelling of the flags.
+
+        ``hyp``: a YAML file of augmentation and loss values (:func:`read_hyp`); options given here win.
+        """
         groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
-        for name, value in options.items():
+        from_file = read_hyp(hyp) if hyp else {}
+        for name, value in {**from_file, **options}.items():
             group = OPTION_GROUP.get(name)
             if group is None:
                 raise FlagError(f"unknown training option {name!r}; see `turboyolo train -h`")
             groups[group][name] = tuple(value) if isinstance(value, list) else value
         made = {group: GROUPS[group](**values) for group, values in groups.items()}
         return cls(cfg=str(cfg or ""), data=str(data or ""), weights=str(weights) if weights else None,
-                   resume=str(resume) if resume else None, given=tuple(options), **made)
+                   resume=str(resume) if resume else None, hyp=str(hyp) if hyp else None,
+                   given=tuple(options), **made)
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> TrainConfig:
         """From ``turboyolo train``'s parsed flags (only those the user passed are present)."""
         values = {name: getattr(args, name) for name in OPTION_GROUP if hasattr(args, name)}
         return cls.build(getattr(args, "cfg", None) or "", getattr(args, "data", None) or "",
-                         getattr(args, "weights", None), getattr(args, "resume", None), **values)
+                         getattr(args, "weights", None), getattr(args, "resume", None),
+                         getattr(args, "hyp", None), **values)
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -268,12 +325,12 @@ class TrainConfig:
                 flat[key] = value
         if "aug_scale_min" in flat or "aug_scale_max" in flat:  # 0.1 stored the zoom range as two fields
             flat["aug_scale"] = (flat.pop("aug_scale_min", 0.75), flat.pop("aug_scale_max", 1.25))
-        inputs = {key: flat.pop(key, None) for key in ("cfg", "data", "weights", "resume")}
+        inputs = {key: flat.pop(key, None) for key in ("cfg", "data", "weights", "resume", "hyp")}
         given = tuple(flat.pop("given", ()) or ())
         options = {key: value for key, value in flat.items() if key in OPTION_GROUP}
         config = cls.build(inputs["cfg"] or "", inputs["data"] or "", inputs["weights"], inputs["resume"],
-                           **options)
-        config.given = given
+                           **options)  # the stored values, not the --hyp file again (it may be gone)
+        config.given, config.hyp = given, inputs["hyp"]
         return config
 
     def as_dict(self) -> dict:
@@ -306,7 +363,7 @@ class TrainConfig:
         """A copy with options changed by their flat names (experiments, the demo recipe)."""
         values = self.as_dict()
         for name, value in options.items():
-            if name in ("cfg", "data", "weights", "resume"):
+            if name in ("cfg", "data", "weights", "resume", "hyp"):
                 values[name] = value
             elif name in OPTION_GROUP:
                 values[OPTION_GROUP[name]][name] = value
@@ -317,6 +374,38 @@ class TrainConfig:
 
 
 OPTION_GROUP: dict[str, str] = {f.name: group for group, kind in GROUPS.items() for f in fields(kind)}
+# The keys of a --hyp file: every augmentation and loss knob.
+HYP_GROUPS = ("augment", "loss")
+HYP_OPTIONS = tuple(f.name for group in HYP_GROUPS for f in fields(GROUPS[group]))
+RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROUPS))  # config.yaml's top
+
+
+def read_hyp(path: str | Path) -> dict[str, Any]:
+    """The option values of a ``--hyp`` YAML file: flat (``mosaic: 0.5``) or grouped as in a run's
+    ``config.yaml`` (``augment: {mosaic: 0.5}``, ``loss: {...}``; a whole ``config.yaml`` works, its
+    other sections are not read); keys are :data:`HYP_OPTIONS`."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise FlagError(f"--hyp {path}: cannot read it ({err})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise FlagError(f"--hyp {path}: expected a mapping of option names to values")
+    flat: dict[str, Any] = {}
+    run_config = any(isinstance(loaded.get(group), dict) for group in HYP_GROUPS)
+    for key, value in loaded.items():
+        if key in HYP_GROUPS and isinstance(value, dict):
+            flat.update(value)
+        elif not (run_config and key in RUN_KEYS):  # a run's config.yaml: only its recipe is read
+            flat[key] = value
+    unknown = sorted(set(flat) - set(HYP_OPTIONS))
+    if unknown:
+        raise FlagError(f"--hyp {path}: unknown key(s) {', '.join(map(str, unknown))}; the keys are the "
+                        f"augmentation and loss options: {', '.join(HYP_OPTIONS)}")
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in flat.items()}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

@@ -44,6 +44,7 @@ class TrainState:
     epoch_batches: int = 0  # mini-batches of `epoch` already consumed
     seen: int = 0  # images trained on
     best_fitness: float = -1.0
+    best_epoch: int | None = None  # completed epochs when the best fitness was measured (--patience)
     last_checkpoint: str | None = None
     frozen: tuple[nn.Module, ...] = ()  # layers that stay in eval mode (frozen BN statistics)
     forward: nn.Module | None = None  # what runs the forward pass: DDP and/or torch.compile of `model`

@@ -32,6 +32,7 @@ class TestOptions:
     device: str = "auto"
     amp: str = "auto"
     backend: str = "pycocotools"
+    rect: bool = False  # batches of similar aspect ratio, each letterboxed to its own rectangle
 
 
 def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
@@ -67,7 +68,7 @@ def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
         raise ConfigError(f"{data}: {len(names)} class names but the model has {model.num_classes} classes; "
                           "use the data set the weights were trained for, or a cfg with its class count")
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
-                          workers=options.workers, shuffle=False)
+                          workers=options.workers, shuffle=False, rect=options.rect)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
                          conf_thres=options.conf_thres, iou_thres=options.iou_thres,
                          nms_thres=options.nms_thres, max_det=options.max_det,

@@ -1,10 +1,11 @@
 """``fit(config)``: the training loop, readable top to bottom.
 
-Setup (run directory, data, model, optimizer) is done by small named helpers; the loop itself is in
-:func:`fit`: per epoch, :func:`turboyolo.train.engine.train_one_epoch` yields after every update and
-``fit`` monitors, logs and asks :class:`StopRule` (the one place that decides to stop) whether to go
-on; then one end-of-epoch path evaluates, keeps the best weights and writes the checkpoint. A run
-that stops mid-epoch takes the same path: its checkpoint keeps the exact position for ``--resume``.
+Setup (run directory, data, model, optimizer) is done by the named helpers of
+:mod:`turboyolo.train.setup`; the loop itself is in :func:`fit`: per epoch,
+:func:`turboyolo.train.engine.train_one_epoch` yields after every update and ``fit`` monitors, logs and
+asks :class:`StopRule` (the one place that decides to stop) whether to go on; then one end-of-epoch path
+evaluates, keeps the best weights and writes the checkpoint. A run that stops mid-epoch takes the same
+path: its checkpoint keeps the exact position for ``--resume``.
 
 Differences from PyTorch-YOLOv3's trainer: the optimizer is the cfg's (SGD unless it says ``adam=1``
 or ``optimizer=adam``; PyTorch-YOLOv3 uses Adam when the cfg names none); burn-in and LR steps count
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import shutil
 import signal
 import threading
 import time
@@ -25,31 +25,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 
 from turboyolo.data.loader import default_workers
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import FlagError, OutputError, TrainingInterrupted, printable
-from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
-from turboyolo.model.darknet import Darknet
+from turboyolo.errors import OutputError, TrainingInterrupted, printable
+from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg
 from turboyolo.model.loading import (
     export_weights,
-    init_head_priors,
-    load_pretrained,
-    read_training_checkpoint,
     save_darknet_weights,
 )
-from turboyolo.rundir import next_run_dir
 from turboyolo.train import distributed
-from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict, restore
-from turboyolo.train.config import RESUMABLE, TrainConfig
+from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict
+from turboyolo.train.config import TrainConfig
 from turboyolo.train.engine import EpochStats, StepOptions, TrainState, evaluate, train_one_epoch
 from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
-from turboyolo.train.loaders import RunData, build_loaders
+from turboyolo.train.loaders import RunData
 from turboyolo.train.logger import Progress, RunLogger, SilentLogger
-from turboyolo.train.loss import YoloLoss
 from turboyolo.train.metrics import EvalResult
-from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+from turboyolo.train.recipe import describe
+from turboyolo.train.setup import Run, build_state, check_batching, fit_to_data, load_data, open_run
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
 VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
@@ -71,7 +65,11 @@ class FitResult:
 
 @dataclass
 class StopRule:
-    """The one place that decides whether the run goes on."""
+    """The one place that decides whether the run goes on.
+
+    :meth:`reason` is asked after every update and at the end of every epoch; :meth:`after_evaluation`
+    after each evaluation (early stopping: ``patience`` epochs since the best fitness).
+    """
 
     epochs: int
     max_iterations: int  # 0: no limit
@@ -79,6 +77,9 @@ class StopRule:
     stop_at_iteration: int | None = None  # tests: stop as an interruption would
     broadcast: bool = False  # under torchrun with a time limit: rank 0's clock decides for all
     ctrl_c: bool = False  # set by the SIGINT handler (:func:`catch_ctrl_c`)
+    patience: int = 0  # epochs without a better fitness before stopping (0: never)
+    planned_iterations: int = 0  # where the schedule ends (--max-batches or --epochs), for the messages
+    distributed_run: bool = False  # under torchrun: rank 0 (which evaluates) decides patience for all
 
     def reason(self, state: TrainState, train_seconds: float) -> str | None:
         """None to go on, else why the run stops (``interrupted``, ``max_batches``, ``epochs``, ...)."""
@@ -92,6 +93,25 @@ class StopRule:
         elif self.limit_s and train_seconds >= self.limit_s:
             why = "time_limit"
         return distributed.broadcast_object(why) if self.broadcast else why
+
+    def after_evaluation(self, state: TrainState) -> str | None:
+        """``"patience"`` when ``patience`` epochs passed since the best fitness, else None."""
+        why = None
+        if self.patience and state.best_epoch is not None and state.epoch - state.best_epoch >= self.patience:
+            why = "patience"
+        return distributed.broadcast_object(why) if self.distributed_run else why
+
+    def message(self, reason: str | None, state: TrainState) -> str | None:
+        """What the console says about a stop that is not the planned end (None when it is)."""
+        if reason == "patience":
+            return (f"stopped early at epoch {state.epoch}: no better fitness in the {self.patience} epochs "
+                    f"since epoch {state.best_epoch} (--patience {self.patience}); best.pt is epoch "
+                    f"{state.best_epoch}'s")
+        if reason == "time_limit" and self.planned_iterations and state.iteration < self.planned_iterations:
+            return (f"warning: --time-limit stopped the run at iteration {state.iteration} of the "
+                    f"{self.planned_iterations} its schedule spans (--max-batches/--epochs): the learning "
+                    "rate never reached the end of its schedule; give more time or fewer iterations")
+        return None
 
 
 def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: bool = False) -> FitResult:
@@ -107,6 +127,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         data = load_data(run, mini_batch)
         if env.is_main:
             data.write_report(run.run_dir)
+        spec = fit_to_data(run, data)
         device = distributed.device_for(env, resolve_device(config.runtime.device))
         state = build_state(config, spec, env, device, run.resume_state, say)
     except BaseException:
@@ -123,22 +144,26 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     writer = CheckpointWriter()
     progress = Progress(enabled=not run.quiet)
     stop = StopRule(config.schedule.epochs, run.max_iterations, config.schedule.time_limit_min * 60.0,
-                    stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0)
+                    stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0,
+                    patience=config.schedule.patience, planned_iterations=run.planned_iterations(),
+                    distributed_run=env.enabled)
     cfg_text = format_cfg(spec)
     result: EvalResult | None = None
     train_seconds, reason = 0.0, stop.reason(state, 0.0)
     say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} mini-batches/epoch; "
         f"run {run.run_dir}")
+    for line in describe(config):
+        say(line)
     if run.resume_state is None:
         logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
     restore_sigint = catch_ctrl_c(stop, say)
     try:
         while reason is None:
-            data.train.set_epoch(state.epoch, state.epoch_start_sample)
+            data.train.set_epoch(state.epoch, state.epoch_start_sample, mix=mixing(state.epoch, run, say))
             batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
             if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
                 batches = logger.first_batches(batches, data.names)
-            progress.start(state.epoch, config.schedule.epochs, len(data.train), state.epoch_batches)
+            progress.start(state.epoch + 1, run.planned_epochs(), len(data.train), state.epoch_batches)
             stats, gpu_readings, epoch_start = EpochStats(device), [], time.perf_counter()
             for values in train_one_epoch(state, monitor.wrap(batches), len(data.train), options, stats):
                 if values:
@@ -178,6 +203,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                                       shown=shown, labels=data.val_labels)
                     if improves_best(state, result):
                         paths.append(weights_dir / "best.pt")
+                reason = reason or stop.after_evaluation(state)
             keep_every = config.output.checkpoint_interval
             if finished and keep_every and state.epoch % keep_every == 0:
                 paths.append(weights_dir / f"epoch{state.epoch}.pt")
@@ -204,6 +230,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         raise TrainingInterrupted(f"stopped at iteration {state.iteration} (epoch {state.epoch + 1}); "
                                   f"{weights_dir / 'last.pt'} holds that exact position: continue with "
                                   f"`turboyolo train --resume {weights_dir / 'last.pt'}`")
+    if stop.message(reason, state):
+        say(stop.message(reason, state))
     if env.is_main and reason != INTERRUPTED:
         finish_outputs(state, spec, weights_dir, run.run_dir, say)
     return FitResult(run.run_dir, result.as_dict() if result is not None else {}, state.best_fitness,
@@ -211,165 +239,16 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
 
 
 # ---------------------------------------------------------------------------------------------- setup
-@dataclass
-class Run:
-    """Where a run writes and what it starts from (a fresh start or a checkpoint)."""
-
-    config: TrainConfig
-    spec: ModelSpec
-    env: distributed.DistEnv
-    run_dir: Path
-    quiet: bool
-    say: Callable[..., None]
-    resume_state: dict | None = None
-    made_here: bool = False  # this call created run_dir (so a failed start may remove it)
-
-    @property
-    def weights_dir(self) -> Path:
-        return self.run_dir / "weights"
-
-    @property
-    def max_iterations(self) -> int:
-        chosen = self.config.schedule.max_batches
-        return self.spec.net.max_batches if chosen is None else chosen
-
-    def discard(self) -> None:
-        if self.made_here and self.env.is_main and not any(self.weights_dir.glob("*.pt")):
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def open_run(config: TrainConfig, quiet: bool) -> Run:
-    """The run directory (new, or the one ``--resume`` continues), its cfg and config, the console."""
-    env = distributed.init(resolve_device(config.runtime.device).type)
-    quiet = quiet or not env.is_main  # one console, one log, one set of checkpoints: rank 0's
-    say = (lambda *a: None) if quiet else print
-    resume_state, made_here = None, False
-    if config.resume:
-        resume_state = read_training_checkpoint(config.resume)
-        saved = TrainConfig.from_dict(resume_state["config"])
-        ignored = [name for name in config.given if name not in RESUMABLE]
-        if ignored:
-            say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
-                f"(only {', '.join(RESUMABLE)} may change)")
-        config = saved.resumed(config)
-        spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
-        run_dir = Path(config.resume).resolve().parent.parent
-    else:
-        spec = apply_overrides(parse_cfg(config.cfg), config)
-        output = config.output
-        made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
-        run_dir = Path(distributed.broadcast_object(str(made) if made else None))
-        made_here = not config.output.exist_ok
-    run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
-    from turboyolo.formats.darknet_cfg import training_only_notes
-
-    for note in training_only_notes(spec):
-        say(f"note: {note}")
-    run.weights_dir.mkdir(parents=True, exist_ok=True)
-    if env.is_main:
-        (run_dir / "model.cfg").write_text(format_cfg(spec))
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
-    return run
-
-
-def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
-    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size`` and ``--max-batches`` applied."""
-    schedule, changes = config.schedule, {}
-    if schedule.batch:
-        changes["batch"] = schedule.batch
-    if schedule.subdivisions:
-        changes["subdivisions"] = schedule.subdivisions
-    if config.data_args.img_size:
-        changes["width"] = changes["height"] = config.data_args.img_size
-    if schedule.max_batches:  # 0 means "epochs decide"; the schedule keeps the cfg's max_batches
-        changes["max_batches"] = schedule.max_batches
-    return spec.with_net(**changes) if changes else spec
-
-
-def check_batching(spec: ModelSpec, world_size: int) -> int:
-    """Images per mini-batch (per process); the cfg's batch must split into its subdivisions."""
-    net = spec.net
-    if net.batch % net.subdivisions:
-        raise FlagError(f"batch={net.batch} is not a multiple of subdivisions={net.subdivisions} "
-                        "(cfg [net] or --batch/--subdivisions)")
-    if net.subdivisions % world_size:
-        raise FlagError(f"subdivisions={net.subdivisions} must be a multiple of the {world_size} processes: "
-                        "each accumulates subdivisions / processes mini-batches per iteration "
-                        "(cfg [net] or --subdivisions)")
-    return net.batch // net.subdivisions
-
-
-def load_data(run: Run, mini_batch: int) -> RunData:
-    """Both loaders; under torchrun local rank 0 scans and builds the caches, the others then open them."""
-    env = run.env
-
-    def build() -> RunData:
-        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say,
-                             report=run.run_dir / "scan_report.txt")
-
-    ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
-    return distributed.once_per_node(env, ready, build) or build()
-
-
-def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, device: torch.device,
-                resume_state: dict | None, say: Callable[..., None]) -> TrainState:
-    """Model (pretrained, frozen, on the device), optimizer, schedule, loss, EMA; restored on resume."""
-    runtime, loss = config.runtime, config.loss
-    torch.manual_seed(runtime.seed)
-    model = Darknet(spec)
-    if resume_state is None:
-        fresh = {head.layer_index - 1 for head in model.heads}
-        if config.weights:
-            lines, kept = load_pretrained(model, config.weights)
-            fresh = set(kept)
-            for line in lines:
-                say(line)
-        init_head_priors(model, fresh)
-    frozen = tuple(model.layers[: runtime.freeze])
-    for param in (p for module in frozen for p in module.parameters()):
-        param.requires_grad_(False)
-    if runtime.bn_momentum is not None:
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.momentum = runtime.bn_momentum
-    if runtime.sync_bn and env.enabled:
-        model = distributed.convert_sync_batchnorm(model, device)
-    model.to(device)
-    if runtime.channels_last:
-        model.to(memory_format=torch.channels_last)
-    net = spec.net
-    optimizer = build_optimizer(model, net)
-    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} "
-        f"decay {net.decay} "
-        "(from the cfg; PyTorch-YOLOv3 would use Adam when the cfg names no optimizer); "
-        f"batch {net.batch} = {net.subdivisions} x {net.batch // net.subdivisions}, burn_in {net.burn_in}, "
-        f"policy {net.policy}")
-    amp_dtype = amp_dtype_for(device, runtime.amp)
-    state = TrainState(
-        model=model,
-        optimizer=optimizer,
-        schedule=Schedule.from_net(net),
-        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss, iou_thresh=loss.assign_iou_thresh,
-                         anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
-                         gains=(loss.box_gain, loss.obj_gain, loss.cls_gain)),
-        images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
-        subdivisions=net.subdivisions // env.world_size,
-        world_size=env.world_size,
-        frozen=frozen,
-        ema=ModelEMA(model, runtime.ema_decay, runtime.ema_ramp) if runtime.ema else None,
-        scaler=torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None,
-    )
-    if resume_state is not None:
-        restore(state, resume_state)
-        say(f"resumed {config.resume}: iteration {state.iteration}, epoch {state.epoch}, "
-            f"mini-batch {state.epoch_batches}")
-    if env.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
-        device_ids = [device.index] if device.type == "cuda" else None
-        state.ddp = DistributedDataParallel(model, device_ids=device_ids)
-    state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
-    return state
+def mixing(epoch: int, run: Run, say: Callable[..., None]) -> bool:
+    """Whether mosaic and mixup may run in ``epoch`` (``--close-mosaic N``: not in the last N)."""
+    augment = run.config.augment
+    if not augment.close_mosaic:
+        return True
+    first_closed = run.planned_epochs() - augment.close_mosaic
+    if epoch == first_closed and (augment.mosaic or augment.mixup):
+        say(f"epoch {epoch + 1}: mosaic and mixup off for the last {augment.close_mosaic} epochs "
+            "(--close-mosaic)")
+    return epoch < first_closed
 
 
 def catch_ctrl_c(stop: StopRule, say: Callable[..., None]) -> Callable[[], None]:
@@ -413,7 +292,7 @@ def improves_best(state: TrainState, result: EvalResult) -> bool:
     fitness = result.map50 * 0.1 + result.map50_95 * 0.9
     if fitness <= state.best_fitness:
         return False
-    state.best_fitness = fitness
+    state.best_fitness, state.best_epoch = fitness, state.epoch
     return True
 
 

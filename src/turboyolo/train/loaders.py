@@ -2,7 +2,8 @@
 
 Scans both splits (the scan summary is printed), opens or builds the prepared caches at the folders
 ``turboyolo prepare`` writes (so a cache prepared ahead of time is the one training reads), and turns
-the cfg's augmentation keys plus the flags into :class:`~turboyolo.data.augment.AugmentParams`.
+the cfg's augmentation keys plus the flags into :class:`~turboyolo.data.augment.AugmentParams`
+(:mod:`turboyolo.train.recipe`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import ScanResult, scan_dataset, write_scan_report
-from turboyolo.formats.darknet_cfg import ModelSpec, YoloSpec
+from turboyolo.formats.darknet_cfg import ModelSpec
 from turboyolo.train.config import TrainConfig
+from turboyolo.train.recipe import augment_params, image_weights, single_class
 
 
 @dataclass
@@ -39,25 +40,6 @@ class RunData:
         return {str(sample.image): sample.labels for sample in self.val_scan.samples}
 
 
-def augment_params(config: TrainConfig, spec: ModelSpec) -> AugmentParams | None:
-    """The training augmentation: the cfg's ``[net]`` ranges, the flags' zoom and mosaic."""
-    if not config.augment.augment:
-        return None
-    net = spec.net
-    jitter = next((layer.jitter for layer in spec.layers if isinstance(layer, YoloSpec)), 0.3)
-    mosaic = config.augment.mosaic if config.augment.mosaic is not None else net.mosaic
-    return AugmentParams.from_net(
-        angle=net.angle,
-        saturation=max(net.saturation, 1.0),
-        exposure=max(net.exposure, 1.0),
-        hue=net.hue,
-        jitter=min(jitter, 0.3),
-        flip=dict(net.extra).get("flip", "1") != "0",
-        scale=tuple(config.augment.aug_scale),
-        mosaic=min(max(float(mosaic), 0.0), 1.0),
-    )
-
-
 def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: int = 0, world_size: int = 1,
                   log: Callable[[str], None] = print, report: Path | None = None) -> RunData:
     """Scan, (optionally) cache and wrap both splits; ``mini_batch`` images per training batch.
@@ -71,6 +53,12 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
     for scan in (train_scan, val_scan):
         log(scan.console_text(report=report))
     names = list(train_scan.names or val_scan.names)
+    if config.data_args.single_cls:
+        train_scan.samples = single_class(train_scan.samples)
+        val_scan.samples = single_class(val_scan.samples)
+        names = names if len(names) == 1 else ["item"]
+        log(f"--single-cls: every box is class 0 ({names[0]!r})")
+    weights = image_weights(train_scan.samples, len(names)) if config.data_args.image_weights else None
     multiscale = ((int(img_size * 0.67) // 32 * 32, int(img_size * 1.5) // 32 * 32)
                   if config.augment.multiscale else None)
     kind, workers, seed = config.data_args.cache, config.data_args.workers, config.runtime.seed
@@ -88,12 +76,12 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
     train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
                          augment=augment_params(config, spec), workers=workers, shuffle=True, seed=seed,
                          multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
-                         rank=rank, world_size=world_size)
+                         rank=rank, world_size=world_size, image_weights=weights)
     val_batch = config.eval.eval_batch or 2 * mini_batch
     # evaluation is sharded too (rank 0 merges the shards) and leaves out, never replaces, a broken image
     val = build_loader(val_scan.samples, img_size=val_size, batch_size=val_batch,
                        augment=None, workers=workers, shuffle=False, seed=seed, cache=val_cache, rank=rank,
-                       world_size=world_size, drop_broken=True)
+                       world_size=world_size, drop_broken=True, rect=config.eval.rect)
     return RunData(train, val, names, train_scan, val_scan)
 
 

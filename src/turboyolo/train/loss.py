@@ -25,7 +25,9 @@ does not depend on ``subdivisions``), per head and with the head's normalizers:
 
 * ``obj``: ``obj_normalizer`` x binary cross-entropy on the objectness logit (1 for assigned cells, 0 for
   the others that are not ignored);
-* ``cls``: binary cross-entropy on the class logits of assigned cells (one-hot), also for one class.
+* ``cls``: binary cross-entropy on the class logits of assigned cells (one-hot, or with
+  ``label_smoothing`` eps the targets 1 - eps/2 and eps/2 as AlexeyAB's ``label_smooth_eps``), also for
+  one class.
 
 ``new_coords`` heads (YOLOv7) get probabilities, not logits (their convolution applies the logistic):
 Darknet's deltas ``target - p`` then pass back through that logistic, i.e. its objectness and class
@@ -67,6 +69,7 @@ class YoloLoss:
             within this factor of the box's (PyTorch-YOLOv3 / YOLOv5 use 4) instead of the best anchor.
         obj_iou: objectness target of assigned cells = GIoU (clipped at 0) of the predicted box with its
             ground truth (detached) instead of 1.
+        label_smoothing: eps of the class targets (``1 - eps/2`` for the box's class, ``eps/2`` else).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class YoloLoss:
         iou_thresh: float | None = None,
         anchor_ratio: float = 0.0,
         obj_iou: bool = False,
+        label_smoothing: float = 0.0,
     ):
         if box_loss not in BOX_LOSSES:
             raise ValueError(f"box_loss must be one of {', '.join(BOX_LOSSES)}, got {box_loss!r}")
@@ -86,6 +90,7 @@ class YoloLoss:
         self.iou_thresh = iou_thresh
         self.anchor_ratio = anchor_ratio
         self.obj_iou = obj_iou
+        self.label_smoothing = label_smoothing
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def box_kind(self, head: HeadInfo) -> str:
@@ -185,8 +190,10 @@ class YoloLoss:
             )
             if not len(sel):
                 continue
-            one_hot = F.one_hot(c, head.num_classes).float()
-            cls = cls + _probability_loss(head, ps[:, 5:], one_hot).sum()
+            cls_target = F.one_hot(c, head.num_classes).float()
+            if self.label_smoothing:
+                cls_target = cls_target * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+            cls = cls + _probability_loss(head, ps[:, 5:], cls_target).sum()
 
         terms = torch.stack([box * self.gains[0], obj * self.gains[1], cls * self.gains[2]])
         return terms.sum(), terms.detach()

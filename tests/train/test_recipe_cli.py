@@ -1,0 +1,65 @@
+"""The recipe's flags through the command line: ``turboyolo train`` carries each into the run (config.yaml,
+the model it trains, what it prints), and ``turboyolo test --rect`` feeds rectangular batches."""
+
+from __future__ import annotations
+
+import torch
+import yaml
+
+from synth import make_dataset, make_image_folder, micro_cfg
+from turboyolo.cli import main as cli
+from turboyolo.formats.darknet_cfg import parse_cfg
+
+
+def test_train_flags_reach_the_run(tmp_path, capsys):
+    data = make_dataset(tmp_path / "data", 8, 2, num_classes=2)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4, num_classes=2)
+    flags = ("--mosaic 1 --close-mosaic 1 --mixup 0.5 --label-smoothing 0.1 --flipud 0.5 --fliplr 0 "
+             "--translate 0.2 --hue 0.02 --saturation 1.3 --exposure 1.2 --degrees 3 --box-loss ciou "
+             "--obj-gain 2 --cls-gain 0.5 --image-weights --single-cls --patience 5 --autoanchor").split()
+    run_flags = "--epochs 2 --workers 0 --evaluation-interval 1 --checkpoint-interval 0 --name flags".split()
+    assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                *run_flags, *flags]) == 0
+    out = capsys.readouterr().out
+    run = tmp_path / "runs" / "flags"
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    augment = ("mosaic", "close_mosaic", "mixup", "flipud", "fliplr", "translate", "hue", "saturation",
+               "exposure", "degrees")
+    assert {key: saved["augment"][key] for key in augment} == {
+        "mosaic": 1.0, "close_mosaic": 1, "mixup": 0.5, "flipud": 0.5, "fliplr": 0.0, "translate": 0.2,
+        "hue": 0.02, "saturation": 1.3, "exposure": 1.2, "degrees": 3.0}
+    assert {key: saved["loss"][key] for key in ("box_loss", "obj_gain", "cls_gain", "label_smoothing")} \
+        == {"box_loss": "ciou", "obj_gain": 2.0, "cls_gain": 0.5, "label_smoothing": 0.1}
+    assert saved["data_args"]["image_weights"] is True and saved["data_args"]["single_cls"] is True
+    assert saved["schedule"]["patience"] == 5 and saved["loss"]["autoanchor"] is True
+    assert "epoch 2: mosaic and mixup off for the last 1 epochs (--close-mosaic)" in out
+    assert "--single-cls: every box is class 0" in out and "anchors: best-possible recall" in out
+    assert parse_cfg(run / "model.cfg").yolo_layers[0][1].classes == 1
+    assert (run / "weights" / "best.pt").exists() and (run / "train_batch0.jpg").exists()
+
+
+def test_test_rect_feeds_batches_of_the_images_aspect(tmp_path, monkeypatch, capsys):
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.model.loading import save_darknet_weights
+
+    make_image_folder(tmp_path / "set", count=6, size=(40, 120), ext=".png", num_classes=1)
+    images, names = tmp_path / "set" / "images", tmp_path / "set" / "k.names"
+    (tmp_path / "d.data").write_text(f"classes=1\ntrain={images}\nvalid={images}\nnames={names}\n")
+    cfg = micro_cfg(tmp_path / "m.cfg", size=64)
+    shapes, forward = [], Darknet.forward
+
+    def recording(self, x, *args, **kwargs):
+        shapes.append(tuple(x.shape[-2:]))
+        return forward(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(Darknet, "forward", recording)
+    torch.manual_seed(0)  # random weights are enough: the shapes the network sees are what is checked
+    weights = save_darknet_weights(Darknet(parse_cfg(cfg)), tmp_path / "w.weights")
+    base = ["test", "--cfg", str(cfg), "--weights", str(weights), "--data", str(tmp_path / "d.data"),
+            "--img-size", "64", "--workers", "0"]
+    assert cli(base) == 0
+    square, shapes[:] = set(shapes), []
+    assert cli([*base, "--rect"]) == 0
+    assert square == {(64, 64)}
+    assert set(shapes) == {(32, 64)}  # 40-54 x 120-135 images: 64 wide, <= 0.45 x 64 up to the stride 32
+    assert "mAP@0.5" in capsys.readouterr().out
