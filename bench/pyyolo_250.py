@@ -28,7 +28,6 @@ Usage: ``PYTHONPATH=src .venv/bin/python bench/pyyolo_250.py --seed 0``
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -95,7 +94,7 @@ def main() -> int:
     from turboyolo.train.evaluation import TestOptions, test_weights
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from recipe_250 import FIELDS, machine
+    from recipe_250 import append_row, machine
 
     trees = build_trees(assets.cache_dir() / "datasets" / "trees")
     out = Path(args.out) / f"s{args.seed}"
@@ -124,14 +123,7 @@ def main() -> int:
            "last_416": f"{scores[416].map50:.4f}", "last_512": f"{scores[512].map50:.4f}",
            "best_512_map50_95": "", "run_dir": str(out),
            "commit": os.environ.get("TURBOYOLO_COMMIT", "")}
-    path = Path(args.csv)
-    new = not path.exists()
-    with path.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-    print(json.dumps(row))
+    append_row(Path(args.csv), row)
     return 0
 
 

@@ -35,6 +35,18 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} CPUs"
 
 
+def append_row(path: Path, row: dict) -> None:
+    """One run's row at the end of the CSV (its header first when the file is new); echoed as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+    print(json.dumps(row))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", required=True, help="name of the row (what changed)")
@@ -90,15 +102,7 @@ def main() -> int:
         "best_512_map50_95": f"{scores['best_512'].map50_95:.4f}" if scores["best_512"] else "",
         "run_dir": str(result.run_dir), "commit": os.environ.get("TURBOYOLO_COMMIT", ""),
     }
-    out = Path(args.csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    new = not out.exists()
-    with out.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-    print(json.dumps(row))
+    append_row(Path(args.csv), row)
     return 0
 
 

@@ -7,8 +7,9 @@ import torch
 from synth import make_image_folder as make_dataset
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import PreparedCache, prepare_cache
-from turboyolo.data.loader import MultiScaleBatchSampler, move_to_device
+from turboyolo.data.loader import move_to_device
 from turboyolo.data.pipeline import build_loader
+from turboyolo.data.sampler import MultiScaleBatchSampler
 from turboyolo.data.scan import scan_dataset
 
 

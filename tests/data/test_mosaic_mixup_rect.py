@@ -16,8 +16,9 @@ from turboyolo.data.augment import (
     random_matrix,
     sample_rng,
 )
-from turboyolo.data.loader import DetectionDataset, MultiScaleBatchSampler, rect_shape
+from turboyolo.data.loader import DetectionDataset
 from turboyolo.data.pipeline import build_loader
+from turboyolo.data.sampler import MultiScaleBatchSampler, rect_shape
 from turboyolo.data.scan import Sample
 
 PLAIN = dict(hue=0.0, saturation=1.0, exposure=1.0, translate=0.0, jitter=0.0)

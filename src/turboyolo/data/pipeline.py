@@ -14,13 +14,8 @@ import numpy as np
 
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.device_loader import DeviceAugmentDataset, DeviceAugmentLoader, check_device_augment
-from turboyolo.data.loader import (
-    DetectionDataset,
-    DetectionLoader,
-    MultiScaleBatchSampler,
-    _round_up,
-    default_workers,
-)
+from turboyolo.data.loader import DetectionDataset, DetectionLoader, default_workers
+from turboyolo.data.sampler import MultiScaleBatchSampler, round_up
 from turboyolo.data.scan import Sample
 from turboyolo.errors import DataError
 
@@ -72,7 +67,7 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
                           f"{decode_size} px; they are upscaled (prepare it at {decode_size})", stacklevel=2)
     if augment_on not in ("cpu", "device"):
         raise DataError(f"--augment-on {augment_on!r}: use cpu or device")
-    decode_size = _round_up(decode_size) if multiscale else decode_size
+    decode_size = round_up(decode_size) if multiscale else decode_size
     if rect and (augment is not None or shuffle or multiscale):
         raise DataError("rectangular batches are for evaluation: no augmentation, shuffle or multiscale")
     rect_hw = np.array([s.hw or (1, 1) for s in samples], np.float64) if rect else None
