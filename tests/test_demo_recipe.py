@@ -12,7 +12,8 @@ def test_demo_trains_a_fixed_number_of_iterations(tmp_path):
     assert DEMO_ITERATIONS == 250
     assert config.schedule.max_batches == 250 and config.schedule.time_limit_min == 0
     net = parse_cfg(config.cfg).net
-    assert (net.policy, net.max_batches, net.batch, net.width) == ("cosine", 250, 8, 416)
+    assert (net.policy, net.max_batches, net.batch, net.width, net.mosaic) == ("cosine", 250, 8, 416, 1.0)
+    assert config.augment.close_mosaic == 10  # mosaic in the first 40 of the 50 epochs (by the table)
     schedule = Schedule.from_net(net)
     assert lr_at(schedule, 250) == 0.0 and lr_at(schedule, 125) > 0.4 * net.learning_rate
     longer = demo_config(tmp_path / "trees", tmp_path / "w.weights", tmp_path / "runs2", 400, seed=1,

@@ -129,17 +129,22 @@ DEMO_ZOOM = (1.0, 1.5)
 # tiles, ~7 minutes on an idle 2-core machine); the cosine spans exactly those iterations, so the
 # result does not depend on the machine's speed.
 DEMO_ITERATIONS = 250
+# Mosaic (the cfg's mosaic=1) and none in the last 10 of the 50 epochs: best.pt +0.004 / +0.001 (seed 0)
+# and +0.019 / +0.033 (seed 1) at 416 / 512 over the same recipe without it (docs/PERFORMANCE.md).
+DEMO_MOSAIC = 1.0
+DEMO_CLOSE_MOSAIC = 10
 
 
 def demo_config(data_dir: Path, weights: Path, out_project: Path, iterations: int = DEMO_ITERATIONS, *,
                 seed: int = 0, learning_rate: float = DEMO_LR, **overrides):
     """The demo's :class:`~turboyolo.train.config.TrainConfig` (and its cfg, written to ``out_project``).
 
-    ``demo-yolov3-tiny-trees.cfg``: one class, anchors for 16-70 px crowns, Adam with a 15-iteration
-    burn-in and a cosine decay over exactly ``iterations``. The run loads every COCO layer and the heads'
-    box and objectness outputs (Darknet's ``seen`` is not carried over), trains every layer on 416 crops
-    zoomed 1.0-1.5x with GIoU box loss, extra anchors above shape IoU 0.213 and EMA, and evaluates every
-    3 epochs at ``DEMO_VAL_SIZE``. ``overrides``: any training option by its flat name (experiments).
+    ``demo-yolov3-tiny-trees.cfg``: one class, anchors for 16-70 px crowns, mosaic=1, Adam with a
+    15-iteration burn-in and a cosine decay over exactly ``iterations``. The run loads every COCO layer
+    and the heads' box and objectness outputs (Darknet's ``seen`` is not carried over), trains every layer
+    on 416 crops zoomed 1.0-1.5x (4-image mosaics, none in the last 10 epochs) with GIoU box loss, extra
+    anchors above shape IoU 0.213 and EMA, and evaluates every 3 epochs at ``DEMO_VAL_SIZE``.
+    ``overrides``: any training option by its flat name (experiments).
     """
     from turboyolo.formats.darknet_cfg import write_cfg
     from turboyolo.model.zoo import make_spec
@@ -151,14 +156,14 @@ def demo_config(data_dir: Path, weights: Path, out_project: Path, iterations: in
                      learning_rate=learning_rate, anchors=DEMO_ANCHORS)
     spec = spec.with_net(burn_in=DEMO_BURN_IN, power=2.0, policy="cosine", max_batches=iterations,
                          optimizer="adam", steps=(iterations + 1,), scales=(1.0,), saturation=1.5,
-                         exposure=1.5, hue=0.05)
+                         exposure=1.5, hue=0.05, mosaic=DEMO_MOSAIC)
     cfg_path = write_cfg(spec, out_project / "demo-yolov3-tiny-trees.cfg")
     config = TrainConfig.build(
         cfg=str(cfg_path), data=str(data_dir / "trees.data"), weights=str(weights), epochs=10_000,
         max_batches=iterations, workers=1, project=str(out_project), name="trees-finetune", conf_thres=0.25,
         nms_thres=0.45, evaluation_interval=3, checkpoint_interval=0, freeze=DEMO_FREEZE, ema_decay=0.98,
         ema_ramp=20.0, bn_momentum=0.03, seed=seed, eval_batch=10, assign_iou_thresh=DEMO_ASSIGN_IOU,
-        box_loss="giou", val_img_size=DEMO_VAL_SIZE, aug_scale=DEMO_ZOOM)
+        box_loss="giou", val_img_size=DEMO_VAL_SIZE, aug_scale=DEMO_ZOOM, close_mosaic=DEMO_CLOSE_MOSAIC)
     return config.replace(**overrides) if overrides else config
 
 
