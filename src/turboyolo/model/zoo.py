@@ -22,6 +22,7 @@ from turboyolo.formats.darknet_cfg import (
     YoloSpec,
 )
 from turboyolo.model.zoo_v4 import FAMILY as V4_FAMILY
+from turboyolo.model.zoo_v4 import conv
 
 COCO_ANCHORS = (
     (10, 13),
@@ -43,19 +44,10 @@ BACKBONE_CUTS = {"yolov3": 74, "yolov3-spp": 74, "yolov3-tiny": 11}
 BACKBONE_CUTS.update({name: arch.backbone_cut for name, arch in V4_FAMILY.items()})
 
 
-def _conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
-    return ConvSpec(
-        filters=filters,
-        size=size,
-        stride=stride,
-        padding=size // 2,
-        batch_normalize=activation != "linear",
-        activation=activation,
-    )
 
 
 def _head_conv(num_anchors: int, num_classes: int) -> ConvSpec:
-    return _conv(num_anchors * (num_classes + 5), 1, activation="linear")
+    return conv(num_anchors * (num_classes + 5), 1, activation="linear")
 
 
 def _yolo(mask, anchors, num_classes: int, tiny: bool) -> YoloSpec:
@@ -72,11 +64,11 @@ def _yolo(mask, anchors, num_classes: int, tiny: bool) -> YoloSpec:
 
 
 def _darknet53() -> list[LayerSpec]:
-    layers: list[LayerSpec] = [_conv(32, 3)]
+    layers: list[LayerSpec] = [conv(32, 3)]
     for filters, repeats in ((64, 1), (128, 2), (256, 8), (512, 8), (1024, 4)):
-        layers.append(_conv(filters, 3, stride=2))
+        layers.append(conv(filters, 3, stride=2))
         for _ in range(repeats):
-            layers += [_conv(filters // 2, 1), _conv(filters, 3), ShortcutSpec(from_=-3, activation="linear")]
+            layers += [conv(filters // 2, 1), conv(filters, 3), ShortcutSpec(from_=-3, activation="linear")]
     return layers
 
 
@@ -89,20 +81,20 @@ def _spp() -> list[LayerSpec]:
         RouteSpec((-4,)),
         pool[2],
         RouteSpec((-1, -3, -5, -6)),
-        _conv(512, 1),
+        conv(512, 1),
     ]
 
 
 def _yolov3_layers(num_classes: int, spp: bool, anchors) -> list[LayerSpec]:
     layers = _darknet53()  # 75 layers; outputs 36 (stride 8) and 61 (stride 16) feed the necks
-    first = [_conv(512, 1), _conv(1024, 3), _conv(512, 1)]
+    first = [conv(512, 1), conv(1024, 3), conv(512, 1)]
     if spp:
         first += _spp()
-    first += [_conv(1024, 3), _conv(512, 1), _conv(1024, 3)]
+    first += [conv(1024, 3), conv(512, 1), conv(1024, 3)]
     layers += first + [_head_conv(3, num_classes), _yolo((6, 7, 8), anchors, num_classes, False)]
     for filters, skip in ((256, 61), (128, 36)):
-        layers += [RouteSpec((-4,)), _conv(filters, 1), UpsampleSpec(2), RouteSpec((-1, skip))]
-        layers += [_conv(filters, 1), _conv(filters * 2, 3)] * 3
+        layers += [RouteSpec((-4,)), conv(filters, 1), UpsampleSpec(2), RouteSpec((-1, skip))]
+        layers += [conv(filters, 1), conv(filters * 2, 3)] * 3
         mask = (3, 4, 5) if filters == 256 else (0, 1, 2)
         layers += [_head_conv(3, num_classes), _yolo(mask, anchors, num_classes, False)]
     return layers
@@ -111,15 +103,15 @@ def _yolov3_layers(num_classes: int, spp: bool, anchors) -> list[LayerSpec]:
 def _tiny_layers(num_classes: int, anchors) -> list[LayerSpec]:
     layers: list[LayerSpec] = []
     for filters in (16, 32, 64, 128, 256):
-        layers += [_conv(filters, 3), MaxPoolSpec(size=2, stride=2, padding=1)]
-    layers += [_conv(512, 3), MaxPoolSpec(size=2, stride=1, padding=1), _conv(1024, 3)]
+        layers += [conv(filters, 3), MaxPoolSpec(size=2, stride=2, padding=1)]
+    layers += [conv(512, 3), MaxPoolSpec(size=2, stride=1, padding=1), conv(1024, 3)]
     layers += [
-        _conv(256, 1),
-        _conv(512, 3),
+        conv(256, 1),
+        conv(512, 3),
         _head_conv(3, num_classes),
         _yolo((3, 4, 5), anchors, num_classes, True),
     ]
-    layers += [RouteSpec((-4,)), _conv(128, 1), UpsampleSpec(2), RouteSpec((-1, 8)), _conv(256, 3)]
+    layers += [RouteSpec((-4,)), conv(128, 1), UpsampleSpec(2), RouteSpec((-1, 8)), conv(256, 3)]
     layers += [_head_conv(3, num_classes), _yolo((0, 1, 2), anchors, num_classes, True)]
     return layers
 

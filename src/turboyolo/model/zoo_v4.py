@@ -43,15 +43,22 @@ V4_ANCHORS = (
 Anchors = tuple[tuple[float, float], ...]
 
 
-def _conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
+def conv(filters: int, size: int, stride: int = 1, activation: str = "leaky") -> ConvSpec:
+    """A "same"-padded convolution, batch-normalized unless ``linear`` (every generator's block)."""
     return ConvSpec(
         filters=filters,
         size=size,
         stride=stride,
         padding=size // 2,
-        batch_normalize=True,
+        batch_normalize=activation != "linear",
         activation=activation,
     )
+
+
+def _merge_up(filters: int, skip: int, activation: str = "leaky") -> list[LayerSpec]:
+    """The top-down neck step: reduce, upsample 2x, reduce the earlier layer ``skip``, concatenate both."""
+    return [conv(filters, 1, activation=activation), UpsampleSpec(2), RouteSpec((skip,)),
+            conv(filters, 1, activation=activation), RouteSpec((-1, -3))]
 
 
 def _head(num_anchors: int, num_classes: int, activation: str = "linear") -> ConvSpec:
@@ -91,12 +98,12 @@ def _spp() -> list[LayerSpec]:
 def _csp_tiny(filters: int) -> list[LayerSpec]:
     half = filters // 2
     return [
-        _conv(filters, 3),
+        conv(filters, 3),
         RouteSpec((-1,), groups=2, group_id=1),
-        _conv(half, 3),
-        _conv(half, 3),
+        conv(half, 3),
+        conv(half, 3),
         RouteSpec((-1, -2)),
-        _conv(filters, 1),
+        conv(filters, 1),
         RouteSpec((-6, -1)),
         MaxPoolSpec(size=2, stride=2, padding=1),
     ]
@@ -109,12 +116,12 @@ def yolov4_tiny_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
         ignore_thresh=0.7, truth_thresh=1.0, random=False, nms_kind="greedynms", beta_nms=0.6,
         extra=(("resize", "1.5"),),
     )  # fmt: skip
-    layers: list[LayerSpec] = [_conv(32, 3, 2), _conv(64, 3, 2)]
+    layers: list[LayerSpec] = [conv(32, 3, 2), conv(64, 3, 2)]
     for filters in (64, 128, 256):
         layers += _csp_tiny(filters)  # the 256 block's 1x1 conv (layer 23) feeds the second head
-    layers += [_conv(512, 3), _conv(256, 1), _conv(512, 3), _head(3, num_classes)]
+    layers += [conv(512, 3), conv(256, 1), conv(512, 3), _head(3, num_classes)]
     layers += [_yolo((3, 4, 5), anchors, num_classes, **keys)]
-    layers += [RouteSpec((-4,)), _conv(128, 1), UpsampleSpec(2), RouteSpec((-1, 23)), _conv(256, 3)]
+    layers += [RouteSpec((-4,)), conv(128, 1), UpsampleSpec(2), RouteSpec((-1, 23)), conv(256, 3)]
     layers += [_head(3, num_classes), _yolo((1, 2, 3), anchors, num_classes, **keys)]
     return layers
 
@@ -124,8 +131,8 @@ def yolov4_tiny_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
 
 def _residual(inner: int, filters: int, activation: str) -> list[LayerSpec]:
     return [
-        _conv(inner, 1, activation=activation),
-        _conv(filters, 3, activation=activation),
+        conv(inner, 1, activation=activation),
+        conv(filters, 3, activation=activation),
         ShortcutSpec(-3),
     ]
 
@@ -138,35 +145,29 @@ def _csp_stage(filters: int, repeats: int, first: bool, activation: str = "mish"
     part = filters if first else filters // 2
     inner = part // 2 if first else part
     layers: list[LayerSpec] = [
-        _conv(filters, 3, 2, activation),
-        _conv(part, 1, activation=activation),
+        conv(filters, 3, 2, activation),
+        conv(part, 1, activation=activation),
         RouteSpec((-2,)),
-        _conv(part, 1, activation=activation),
+        conv(part, 1, activation=activation),
     ]
     for _ in range(repeats):
         layers += _residual(inner, part, activation)
-    layers += [_conv(part, 1, activation=activation), RouteSpec((-1, -(3 * repeats + 4)))]
-    return layers + [_conv(filters, 1, activation=activation)]
+    layers += [conv(part, 1, activation=activation), RouteSpec((-1, -(3 * repeats + 4)))]
+    return layers + [conv(filters, 1, activation=activation)]
 
 
 def yolov4_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
     """162 layers: CSPDarknet53 (mish, 0-104), SPP + PAN (leaky), heads at 139, 150, 161 (strides 8,
     16, 32). Backbone outputs feeding the PAN: 54 (stride 8), 85 (stride 16)."""
-    layers: list[LayerSpec] = [_conv(32, 3, activation="mish")]
+    layers: list[LayerSpec] = [conv(32, 3, activation="mish")]
     layers += _csp_stage(64, 1, first=True)
     for filters, repeats in ((128, 2), (256, 8), (512, 8), (1024, 4)):
         layers += _csp_stage(filters, repeats, first=False)
-    layers += [_conv(512, 1), _conv(1024, 3), _conv(512, 1)] + _spp()
-    layers += [_conv(512, 1), _conv(1024, 3), _conv(512, 1)]
+    layers += [conv(512, 1), conv(1024, 3), conv(512, 1)] + _spp()
+    layers += [conv(512, 1), conv(1024, 3), conv(512, 1)]
     for filters, skip in ((256, 85), (128, 54)):
-        layers += [
-            _conv(filters, 1),
-            UpsampleSpec(2),
-            RouteSpec((skip,)),
-            _conv(filters, 1),
-            RouteSpec((-1, -3)),
-        ]
-        layers += [_conv(filters, 1), _conv(filters * 2, 3)] * 2 + [_conv(filters, 1)]
+        layers += _merge_up(filters, skip)
+        layers += [conv(filters, 1), conv(filters * 2, 3)] * 2 + [conv(filters, 1)]
 
     def keys(scale_x_y: float, random: bool) -> dict:
         return dict(
@@ -176,13 +177,13 @@ def yolov4_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
         )  # fmt: skip
 
     layers += [
-        _conv(256, 3),
+        conv(256, 3),
         _head(3, num_classes),
         _yolo((0, 1, 2), anchors, num_classes, **keys(1.2, False)),
     ]
     for filters, skip, mask, scale in ((256, -16, (3, 4, 5), 1.1), (512, -37, (6, 7, 8), 1.05)):
-        layers += [RouteSpec((-4,)), _conv(filters, 3, 2), RouteSpec((-1, skip))]
-        layers += [_conv(filters, 1), _conv(filters * 2, 3)] * 3
+        layers += [RouteSpec((-4,)), conv(filters, 3, 2), RouteSpec((-1, skip))]
+        layers += [conv(filters, 1), conv(filters * 2, 3)] * 3
         layers += [_head(3, num_classes), _yolo(mask, anchors, num_classes, **keys(scale, mask[0] == 6))]
     return layers
 
@@ -190,15 +191,15 @@ def yolov4_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
 def _csp_block(filters: int) -> list[LayerSpec]:
     """yolov4-csp's neck block: 1x1 in, split, two 1x1 + 3x3 pairs on one branch, join, 1x1 out."""
     return [
-        _conv(filters, 1, activation="mish"),
-        _conv(filters, 1, activation="mish"),
+        conv(filters, 1, activation="mish"),
+        conv(filters, 1, activation="mish"),
         RouteSpec((-2,)),
-        _conv(filters, 1, activation="mish"),
-        _conv(filters, 3, activation="mish"),
-        _conv(filters, 1, activation="mish"),
-        _conv(filters, 3, activation="mish"),
+        conv(filters, 1, activation="mish"),
+        conv(filters, 3, activation="mish"),
+        conv(filters, 1, activation="mish"),
+        conv(filters, 3, activation="mish"),
         RouteSpec((-1, -6)),
-        _conv(filters, 1, activation="mish"),
+        conv(filters, 1, activation="mish"),
     ]
 
 
@@ -215,27 +216,26 @@ def _new_coords_keys(**per_head: Any) -> dict:
 def yolov4_csp_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
     """175 layers: CSPDarknet53 (0-98), SPP-CSP + CSP-PAN (mish), heads at 144, 159, 174 (strides 8, 16,
     32) with ``new_coords`` and logistic head convolutions. Backbone outputs: 48 (stride 8), 79 (16)."""
-    layers: list[LayerSpec] = [_conv(32, 3, activation="mish"), _conv(64, 3, 2, "mish")]
+    layers: list[LayerSpec] = [conv(32, 3, activation="mish"), conv(64, 3, 2, "mish")]
     layers += _residual(32, 64, "mish")
     for filters, repeats in ((128, 2), (256, 8), (512, 8), (1024, 4)):
         layers += _csp_stage(filters, repeats, first=False)
     mish = dict(activation="mish")
-    layers += [_conv(512, 1, **mish), RouteSpec((-2,)), _conv(512, 1, **mish), _conv(512, 3, **mish)]
-    layers += [_conv(512, 1, **mish)] + _spp() + [_conv(512, 1, **mish), _conv(512, 3, **mish)]
-    layers += [RouteSpec((-1, -13)), _conv(512, 1, **mish)]  # 113: the neck's stride-32 output
+    layers += [conv(512, 1, **mish), RouteSpec((-2,)), conv(512, 1, **mish), conv(512, 3, **mish)]
+    layers += [conv(512, 1, **mish)] + _spp() + [conv(512, 1, **mish), conv(512, 3, **mish)]
+    layers += [RouteSpec((-1, -13)), conv(512, 1, **mish)]  # 113: the neck's stride-32 output
     for filters, skip in ((256, 79), (128, 48)):
-        layers += [_conv(filters, 1, **mish), UpsampleSpec(2), RouteSpec((skip,)), _conv(filters, 1, **mish)]
-        layers += [RouteSpec((-1, -3))] + _csp_block(filters)
+        layers += _merge_up(filters, skip, **mish) + _csp_block(filters)
     heads = (
         dict(obj_normalizer=4.0, max_delta=5.0, objectness_smooth=0),
         dict(obj_normalizer=1.0, max_delta=5.0, objectness_smooth=1),
         dict(obj_normalizer=0.4, max_delta=2.0, objectness_smooth=1),
     )
-    layers += [_conv(256, 3, **mish), _head(3, num_classes, "logistic")]
+    layers += [conv(256, 3, **mish), _head(3, num_classes, "logistic")]
     layers += [_yolo((0, 1, 2), anchors, num_classes, **_new_coords_keys(**heads[0]))]
     for filters, skip, mask, per_head in ((256, -20, (3, 4, 5), heads[1]), (512, -49, (6, 7, 8), heads[2])):
-        layers += [RouteSpec((-4,)), _conv(filters, 3, 2, "mish"), RouteSpec((-1, skip))]
-        layers += _csp_block(filters) + [_conv(filters * 2, 3, **mish), _head(3, num_classes, "logistic")]
+        layers += [RouteSpec((-4,)), conv(filters, 3, 2, "mish"), RouteSpec((-1, skip))]
+        layers += _csp_block(filters) + [conv(filters * 2, 3, **mish), _head(3, num_classes, "logistic")]
         layers += [_yolo(mask, anchors, num_classes, **_new_coords_keys(**per_head))]
     return layers
 
@@ -245,38 +245,32 @@ def yolov4_csp_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
 
 def _elan_tiny(inner: int, out: int) -> list[LayerSpec]:
     return [
-        _conv(inner, 1),
+        conv(inner, 1),
         RouteSpec((-2,)),
-        _conv(inner, 1),
-        _conv(inner, 3),
-        _conv(inner, 3),
+        conv(inner, 1),
+        conv(inner, 3),
+        conv(inner, 3),
         RouteSpec((-5, -3, -2, -1)),
-        _conv(out, 1),
+        conv(out, 1),
     ]
 
 
 def yolov7_tiny_layers(num_classes: int, anchors: Anchors) -> list[LayerSpec]:
     """99 layers: ELAN backbone (0-32), SPP-CSP (33-44), PAN (45-86), heads at 90, 94, 98 (strides 8,
     16, 32) with ``new_coords`` and logistic head convolutions; all convolutions leaky."""
-    layers: list[LayerSpec] = [_conv(32, 3, 2), _conv(64, 3, 2)] + _elan_tiny(32, 64)
+    layers: list[LayerSpec] = [conv(32, 3, 2), conv(64, 3, 2)] + _elan_tiny(32, 64)
     for inner, out in ((64, 128), (128, 256), (256, 512)):
         layers += [MaxPoolSpec(size=2, stride=2, padding=1)] + _elan_tiny(inner, out)
-    layers += [_conv(256, 1), RouteSpec((-2,)), _conv(256, 1)] + _spp()
-    layers += [_conv(256, 1), RouteSpec((-10, -1)), _conv(256, 1)]  # 44: the neck's stride-32 output
+    layers += [conv(256, 1), RouteSpec((-2,)), conv(256, 1)] + _spp()
+    layers += [conv(256, 1), RouteSpec((-10, -1)), conv(256, 1)]  # 44: the neck's stride-32 output
     for filters, skip in ((128, 24), (64, 16)):  # top-down: outputs 56 (stride 16) and 68 (stride 8)
-        layers += [
-            _conv(filters, 1),
-            UpsampleSpec(2),
-            RouteSpec((skip,)),
-            _conv(filters, 1),
-            RouteSpec((-1, -3)),
-        ]
+        layers += _merge_up(filters, skip)
         layers += _elan_tiny(filters // 2, filters)
     for filters, skip in ((128, 56), (256, 44)):  # bottom-up: outputs 77 (stride 16) and 86 (stride 32)
-        layers += [_conv(filters, 3, 2), RouteSpec((-1, skip))] + _elan_tiny(filters // 2, filters)
+        layers += [conv(filters, 3, 2), RouteSpec((-1, skip))] + _elan_tiny(filters // 2, filters)
     for source, filters, mask in ((68, 128, (0, 1, 2)), (77, 256, (3, 4, 5)), (86, 512, (6, 7, 8))):
         per_head = dict(obj_normalizer=1.0, max_delta=2.0, objectness_smooth=1)
-        layers += [RouteSpec((source,)), _conv(filters, 3), _head(3, num_classes, "logistic")]
+        layers += [RouteSpec((source,)), conv(filters, 3), _head(3, num_classes, "logistic")]
         layers += [_yolo(mask, anchors, num_classes, **_new_coords_keys(**per_head))]
     return layers
 
