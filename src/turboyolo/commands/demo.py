@@ -136,7 +136,7 @@ DEMO_CLOSE_MOSAIC = 10
 
 
 def demo_config(data_dir: Path, weights: Path, out_project: Path, iterations: int = DEMO_ITERATIONS, *,
-                seed: int = 0, learning_rate: float = DEMO_LR, **overrides):
+                seed: int = 0, learning_rate: float = DEMO_LR, anchors=DEMO_ANCHORS, yolo=None, **overrides):
     """The demo's :class:`~turboyolo.train.config.TrainConfig` (and its cfg, written to ``out_project``).
 
     ``demo-yolov3-tiny-trees.cfg``: one class, anchors for 16-70 px crowns, mosaic=1, Adam with a
@@ -153,7 +153,12 @@ def demo_config(data_dir: Path, weights: Path, out_project: Path, iterations: in
     data_dir, out_project = Path(data_dir), Path(out_project)
     out_project.mkdir(parents=True, exist_ok=True)
     spec = make_spec("yolov3-tiny", num_classes=1, width=416, height=416, batch=8, subdivisions=1,
-                     learning_rate=learning_rate, anchors=DEMO_ANCHORS)
+                     learning_rate=learning_rate, anchors=anchors)
+    if yolo:  # [yolo] keys for every head (experiments)
+        from dataclasses import replace
+        from turboyolo.formats.darknet_cfg import YoloSpec
+        spec = replace(spec, layers=tuple(replace(layer, **yolo) if isinstance(layer, YoloSpec) else layer
+                                          for layer in spec.layers))
     spec = spec.with_net(burn_in=DEMO_BURN_IN, power=2.0, policy="cosine", max_batches=iterations,
                          optimizer="adam", steps=(iterations + 1,), scales=(1.0,), saturation=1.5,
                          exposure=1.5, hue=0.05, mosaic=DEMO_MOSAIC)
