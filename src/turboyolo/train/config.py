@@ -144,9 +144,6 @@ class LossArgs:
                                  "0 = off)", type=float)
     obj_iou: bool = option(False, "objectness target = IoU of the assigned prediction instead of 1",
                            action="store_true")
-    neighbor_cells: bool = option(False, "also train the two neighbouring cells nearest each box centre "
-                                  "(YOLOv5's assignment; only heads with scale_x_y >= 2 reach them)",
-                                  action="store_true")
     box_gain: float = option(1.0, "multiplier of the box term", type=float)
     obj_gain: float = option(1.0, "multiplier of the objectness term", type=float)
     cls_gain: float = option(1.0, "multiplier of the class term", type=float)

@@ -81,7 +81,6 @@ class YoloLoss:
         anchor_ratio: float = 0.0,
         obj_iou: bool = False,
         label_smoothing: float = 0.0,
-        neighbor_cells: bool = False,
     ):
         if box_loss not in BOX_LOSSES:
             raise ValueError(f"box_loss must be one of {', '.join(BOX_LOSSES)}, got {box_loss!r}")
@@ -92,7 +91,6 @@ class YoloLoss:
         self.anchor_ratio = anchor_ratio
         self.obj_iou = obj_iou
         self.label_smoothing = label_smoothing
-        self.neighbor_cells = neighbor_cells
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def box_kind(self, head: HeadInfo) -> str:
@@ -153,9 +151,6 @@ class YoloLoss:
             gi = (g[:, 0] / (width / grid_w)).long().clamp(0, grid_w - 1)
             gj = (g[:, 1] / (height / grid_h)).long().clamp(0, grid_h - 1)
             b, c = gt_image[sel], gt_class[sel]
-            if self.neighbor_cells and head.scale_x_y >= 2.0:
-                b, c, g, gi, gj, local_anchor = _with_neighbor_cells(
-                    b, c, g, gi, gj, local_anchor, (width / grid_w, height / grid_h), (grid_w, grid_h))
             b, c, g, gi, gj, local_anchor = (
                 t.to(device, non_blocking=True) for t in (b, c, g, gi, gj, local_anchor)
             )
@@ -237,21 +232,6 @@ class YoloLoss:
         if math.isinf(head.max_delta):
             return term(raw)
         return _with_clipped_gradient(raw, term, head.max_delta)
-
-
-def _with_neighbor_cells(b, c, g, gi, gj, anchor, stride, grid):
-    """Each assignment also in the two neighbouring cells nearest the box centre (left or right, up
-    or down), YOLOv5's way: a ``scale_x_y`` >= 2 head reaches centres half a cell outside its own."""
-    fx, fy = g[:, 0] / stride[0] - gi, g[:, 1] / stride[1] - gj
-    dx = torch.where(fx < 0.5, -1, 1)
-    dy = torch.where(fy < 0.5, -1, 1)
-    xs, ys = gi + dx, gj + dy
-    okx = (xs >= 0) & (xs < grid[0])
-    oky = (ys >= 0) & (ys < grid[1])
-    parts = [(b, c, g, gi, gj, anchor)]
-    parts.append(tuple(t[okx] for t in (b, c, g, xs, gj, anchor)))
-    parts.append(tuple(t[oky] for t in (b, c, g, gi, ys, anchor)))
-    return tuple(torch.cat(column) for column in zip(*parts))
 
 
 def _probability_loss(head: HeadInfo, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -201,7 +201,6 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         schedule=Schedule.from_net(net),
         loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss, iou_thresh=loss.assign_iou_thresh,
                          anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
-                         neighbor_cells=loss.neighbor_cells,
                          gains=(loss.box_gain, loss.obj_gain, loss.cls_gain),
                          label_smoothing=loss.label_smoothing or 0.0),
         images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
