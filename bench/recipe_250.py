@@ -55,9 +55,6 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a training option by its flat name (repeatable)")
     parser.add_argument("--lr", type=float, default=None, help="the cfg's learning_rate")
-    parser.add_argument("--yolo", action="append", default=[], metavar="KEY=VALUE",
-                        help="a [yolo] key for every head of the demo cfg (repeatable)")
-    parser.add_argument("--anchors", default=None, help="the demo cfg's anchors, 'w,h w,h ...'")
     parser.add_argument("--csv", default="bench/results/recipe_250.csv")
     parser.add_argument("--project", default="/tmp/recipe250")
     args = parser.parse_args()
@@ -74,11 +71,6 @@ def main() -> int:
     for item in args.set:
         name, _, value = item.partition("=")
         changes[name] = yaml.safe_load(value)
-    yolo = {k: yaml.safe_load(v) for k, _, v in (item.partition("=") for item in args.yolo)}
-    if yolo:
-        changes["yolo"] = yolo
-    if args.anchors:
-        changes["anchors"] = tuple(tuple(float(v) for v in pair.split(",")) for pair in args.anchors.split())
     weights = assets.fetch("yolov3-tiny")
     trees = build_trees(assets.cache_dir() / "datasets" / "trees")
     started = time.perf_counter()
