@@ -137,3 +137,31 @@ def test_ratio_assignment_and_iou_objectness(tmp_path):
         soft[0].grad[..., 4].sum() + soft[1].grad[..., 4].sum()
         > hard[0].grad[..., 4].sum() + hard[1].grad[..., 4].sum()
     )
+
+
+@pytest.mark.parametrize("obj_iou, target", [(False, 1.0), (True, 0.50030)])
+def test_iou_objectness_target_is_the_giou_of_the_predicted_box(tmp_path, obj_iou, target):
+    # A 30x30 box centred at (48, 48) of a 64x64 input: anchor 30x30 (local 2 of the stride-32 head), cell
+    # (1, 1). The prediction there is a 24x24 box centred at (54, 48): intersection 21 x 24 = 504, union
+    # 576 + 900 - 504 = 972, enclosing box 33 x 30 = 990, so GIoU = 504/972 - 18/990 = 0.50030.
+    model = _model(tmp_path, 1)
+    outputs = [torch.full_like(o, -30.0) for o in model(torch.rand(1, 3, 64, 64))]
+    cell = outputs[0][0, 2, 1, 1]
+    cell[0] = torch.logit(torch.tensor(0.6875))  # x = (0.6875 + 1) * 32 = 54
+    cell[1] = 0.0  # y = (0.5 + 1) * 32 = 48
+    cell[2] = cell[3] = torch.log(torch.tensor(24 / 30))
+    cell[4] = 2.0  # objectness logit; every other cell's is -30 (no loss to speak of)
+    targets = torch.tensor([[0, 0, 48 / 64, 48 / 64, 30 / 64, 30 / 64]])
+    _, terms = YoloLoss(model.heads, obj_iou=obj_iou)(outputs, targets, (64, 64))
+    expected = torch.nn.functional.softplus(torch.tensor(2.0)).item() - 2.0 * target  # BCE(2, target)
+    assert terms[1].item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_iou_objectness_is_the_default_and_saved_runs_keep_theirs():
+    from turboyolo.train.config import TrainConfig
+
+    assert TrainConfig.build("m.cfg", "d.data").loss.obj_iou is True
+    assert TrainConfig.build("m.cfg", "d.data", obj_iou=False).loss.obj_iou is False
+    saved = TrainConfig.build("m.cfg", "d.data").as_dict()
+    del saved["loss"]["obj_iou"]  # a checkpoint written before the default changed trained with target 1
+    assert TrainConfig.from_dict(saved).loss.obj_iou is False

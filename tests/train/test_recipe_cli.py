@@ -16,7 +16,8 @@ def test_train_flags_reach_the_run(tmp_path, capsys):
     cfg = micro_cfg(tmp_path / "m.cfg", batch=4, num_classes=2)
     flags = ("--mosaic 1 --close-mosaic 1 --mixup 0.5 --label-smoothing 0.1 --flipud 0.5 --fliplr 0 "
              "--translate 0.2 --hue 0.02 --saturation 1.3 --exposure 1.2 --degrees 3 --box-loss ciou "
-             "--obj-gain 2 --cls-gain 0.5 --image-weights --single-cls --patience 5 --autoanchor").split()
+             "--obj-gain 2 --cls-gain 0.5 --no-obj-iou --image-weights --single-cls --patience 5 "
+             "--autoanchor").split()
     run_flags = "--epochs 2 --workers 0 --evaluation-interval 1 --checkpoint-interval 0 --name flags".split()
     assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
                 *run_flags, *flags]) == 0
@@ -32,6 +33,7 @@ def test_train_flags_reach_the_run(tmp_path, capsys):
         == {"box_loss": "ciou", "obj_gain": 2.0, "cls_gain": 0.5, "label_smoothing": 0.1}
     assert saved["data_args"]["image_weights"] is True and saved["data_args"]["single_cls"] is True
     assert saved["schedule"]["patience"] == 5 and saved["loss"]["autoanchor"] is True
+    assert saved["loss"]["obj_iou"] is False  # on by default; --no-obj-iou restores Darknet's target 1
     assert "epoch 2: mosaic and mixup off for the last 1 epochs (--close-mosaic)" in out
     assert "--single-cls: every box is class 0" in out and "anchors: best-possible recall" in out
     assert parse_cfg(run / "model.cfg").yolo_layers[0][1].classes == 1

@@ -120,6 +120,7 @@ def test_a_checkpoint_of_turboyolo_0_1_still_loads(tmp_path, capsys):
     saved = torch.load(FIXTURE, weights_only=True)
     config = TrainConfig.from_dict(saved["config"])  # the flat config of 0.1
     assert config.augment.aug_scale == (1.0, 1.5) and config.loss.box_loss == "giou"
+    assert config.loss.obj_iou is False  # 0.1 trained objectness towards 1; resuming keeps that
     assert (config.eval.val_img_size, config.eval.conf_thres, config.runtime.seed) == (96, 0.3, 3)
     data = make_dataset(tmp_path / "data", 2, 2)
     assert main(["test", "--weights", str(FIXTURE), "--data", str(data), "--workers", "0"]) == 0
