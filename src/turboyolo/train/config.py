@@ -144,7 +144,8 @@ class LossArgs:
                                  "0 = off)", type=float)
     obj_iou: bool = option(True, "objectness target of an assigned cell = GIoU (>= 0) of its predicted box "
                            "with the ground truth, so scores rank well-placed boxes first (measured on "
-                           "trees: +0.03..0.10 mAP@0.5, docs/PERFORMANCE.md); --no-obj-iou: Darknet's 1",
+                           "trees: +0.03..0.11 mAP@0.5, docs/PERFORMANCE.md); on by default, --no-obj-iou: "
+                           "Darknet's target 1",
                            action=argparse.BooleanOptionalAction)
     box_gain: float = option(1.0, "multiplier of the box term", type=float)
     obj_gain: float = option(1.0, "multiplier of the objectness term", type=float)
