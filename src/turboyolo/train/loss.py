@@ -24,7 +24,8 @@ does not depend on ``subdivisions``), per head and with the head's normalizers:
     clips its deltas.
 
 * ``obj``: ``obj_normalizer`` x binary cross-entropy on the objectness logit (1 for assigned cells, 0 for
-  the others that are not ignored);
+  the others that are not ignored; with ``obj_iou``, which ``turboyolo train`` turns on by default, an
+  assigned cell's target is the GIoU, clipped at 0, of the box it predicts with its ground truth);
 * ``cls``: binary cross-entropy on the class logits of assigned cells (one-hot, or with
   ``label_smoothing`` eps the targets 1 - eps/2 and eps/2 as AlexeyAB's ``label_smooth_eps``), also for
   one class.
