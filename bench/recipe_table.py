@@ -24,7 +24,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for (variant, changes), seeds in runs.items():
         cells, at416, at512, strict = [], [], [], []
-        for seed in sorted(set(seeds) | {0, 1}):
+        order = sorted(set(seeds) | {0, 1})  # seeds 0 and 1 always have a cell ("-" when not run)
+        for seed in order:
             row = seeds.get(seed)
             if row is None:
                 cells.append("-")
@@ -37,8 +38,7 @@ def main() -> int:
                 strict.append(float(row["best_512_map50_95"]))
         mean = lambda values: f"{sum(values) / len(values):.3f}" if values else "-"  # noqa: E731
         minutes = "/".join(r["train_minutes"] or r["wall_minutes"] for r in seeds.values())
-        others = ", ".join(f"seed {seed}: {cell}" for seed, cell in zip(sorted(set(seeds) | {0, 1}), cells)
-                           if seed > 1) or "-"
+        others = ", ".join(f"seed {seed}: {cell}" for seed, cell in zip(order, cells) if seed > 1) or "-"
         print(f"| {variant} | `{changes}` | {cells[0]} | {cells[1]} | {mean(at416)} | {mean(at512)} | "
               f"{mean(strict)} | {minutes} | {others} |")
     return 0

@@ -62,7 +62,7 @@ def targets_for(batch: int):
 
 
 def ours(cfg: Path, size: int, batch: int, steps: int, warmup: int, ema: bool, channels_last: bool,
-         compile_model: bool, threads: int) -> list[float]:
+         compile_model: bool, threads: int, obj_iou: bool = True) -> list[float]:
     import torch
 
     from turboyolo.formats.darknet_cfg import parse_cfg
@@ -80,7 +80,8 @@ def ours(cfg: Path, size: int, batch: int, steps: int, warmup: int, ema: bool, c
     forward = torch.compile(model) if compile_model else model
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     state = TrainState(model=model, optimizer=optimizer, schedule=Schedule.from_net(spec.net),
-                       loss_fn=YoloLoss(model.heads), images_per_iteration=batch, subdivisions=1,
+                       loss_fn=YoloLoss(model.heads, obj_iou=obj_iou), images_per_iteration=batch,
+                       subdivisions=1,
                        ema=ModelEMA(model) if ema else None)
     options = StepOptions(channels_last=channels_last)
     from turboyolo.data.loader import move_to_device
@@ -116,7 +117,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variants", default="plain,ema,channels_last",
-                        help="comma list of turboyolo variants: plain, ema, channels_last, compile")
+                        help="comma list of turboyolo variants: plain, ema, channels_last, compile, "
+                             "no_obj_iou (objectness target 1 instead of the trainer's default IoU)")
     args = parser.parse_args()
 
     import torch
@@ -139,7 +141,8 @@ def main() -> int:
         for name in variants:
             results[f"turboyolo {name}"] += ours(cfg, args.size, args.batch, args.steps, args.warmup,
                                                  ema=name == "ema", channels_last=name == "channels_last",
-                                                 compile_model=name == "compile", threads=args.threads)
+                                                 compile_model=name == "compile", threads=args.threads,
+                                                 obj_iou=name != "no_obj_iou")
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
     base = statistics.median(results["pytorchyolo"])
     print(f"yolov3-tiny, batch {args.batch}, {args.size} px, CPU, {args.threads} thread(s), "

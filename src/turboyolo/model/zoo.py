@@ -44,8 +44,6 @@ BACKBONE_CUTS = {"yolov3": 74, "yolov3-spp": 74, "yolov3-tiny": 11}
 BACKBONE_CUTS.update({name: arch.backbone_cut for name, arch in V4_FAMILY.items()})
 
 
-
-
 def _head_conv(num_anchors: int, num_classes: int) -> ConvSpec:
     return conv(num_anchors * (num_classes + 5), 1, activation="linear")
 
