@@ -1,4 +1,4 @@
-"""One ~250-iteration fine-tune with `turboyolo train`'s defaults (plus changes), scored and appended to a CSV.
+"""One ~250-iteration fine-tune with `turboyolo train`'s defaults (plus changes), scored, appended to a CSV.
 
 The set-up a new user has: a ``turboyolo cfg`` network for the data set's class count (batch 8,
 subdivisions 1, 416), ``--weights yolov3-tiny`` (or ``yolov4-tiny``), ``--epochs`` giving about 250
@@ -117,7 +117,7 @@ def main() -> int:
     project.mkdir(parents=True, exist_ok=True)
     spec = make_spec(args.arch, num_classes=num_classes, batch=8, subdivisions=1)
     if net:
-        spec = spec.with_net(**net)
+        spec = spec.with_net(**{k: tuple(v) if isinstance(v, list) else v for k, v in net.items()})
     cfg = write_cfg(spec, project / f"{args.arch}-{num_classes}c.cfg")
     weights = assets.fetch(args.arch)
     epochs = args.epochs or EPOCHS.get(args.data, 30)

@@ -1,8 +1,9 @@
 """One 250-iteration trees fine-tune (the demo recipe, with changes) and its scores, appended to a CSV.
 
-The measure is per iteration, so the machine's speed moves only the minutes: the demo recipe
-(:func:`turboyolo.commands.demo.demo_config`) for ``--iterations`` (250 of 8 images at 416), with any
-training option changed by ``--set name=value`` (flat option names, values read as YAML), then
+The measure is per iteration, so the machine's speed moves only the minutes: the demo's recipe
+(``turboyolo train --config trees``: src/turboyolo/resources/recipes/trees.yaml) for ``--iterations`` (250
+of 8 images at 416), with any training option changed by ``--set name=value`` (flat option names, values
+read as YAML), then
 ``best.pt`` and the final weights (``last.pt``'s EMA) evaluated on the trees val split by the code of
 ``turboyolo test`` at 416 and at 512 (NMS IoU 0.45, as the demo). One row per run goes to ``--csv``.
 
@@ -54,7 +55,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=250)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a training option by its flat name (repeatable)")
-    parser.add_argument("--lr", type=float, default=None, help="the cfg's learning_rate")
+    parser.add_argument("--lr", type=float, default=None, help="the peak learning rate (--lr)")
     parser.add_argument("--csv", default="bench/results/recipe_250.csv")
     parser.add_argument("--project", default="/tmp/recipe250")
     args = parser.parse_args()
@@ -62,23 +63,27 @@ def main() -> int:
     import torch
 
     from turboyolo import assets
-    from turboyolo.commands.demo import DEMO_LR, DEMO_NMS, demo_finetune
     from turboyolo.data.trees import build_trees
     from turboyolo.model.loading import read_checkpoint
+    from turboyolo.train.config import TrainConfig, read_config
     from turboyolo.train.evaluation import TestOptions, test_weights
+    from turboyolo.train.fit import fit
 
     changes = {}
     for item in args.set:
         name, _, value = item.partition("=")
         changes[name] = yaml.safe_load(value)
-    weights = assets.fetch("yolov3-tiny")
+    if args.lr:
+        changes["lr"] = args.lr
+    recipe = read_config("trees")
     trees = build_trees(assets.cache_dir() / "datasets" / "trees")
     started = time.perf_counter()
     project = Path(args.project) / f"{args.variant}-s{args.seed}"
-    result = demo_finetune(trees, weights, project, args.iterations, seed=args.seed,
-                           learning_rate=args.lr or DEMO_LR, **changes)
-    wall = (time.perf_counter() - started) / 60
+    config = TrainConfig.build(data=str(trees / "trees.data"), base=recipe, seed=args.seed,
+                               max_batches=args.iterations, project=str(project), **changes)
     torch.set_num_threads(torch.multiprocessing.cpu_count())
+    result = fit(config)
+    wall = (time.perf_counter() - started) / 60
     weights_dir = result.run_dir / "weights"
     scores = {}
     for which in ("best", "last"):
@@ -87,7 +92,7 @@ def main() -> int:
             if not path.exists():
                 scores[f"{which}_{size}"] = None
                 continue
-            options = TestOptions(img_size=size, workers=1, nms_thres=DEMO_NMS)
+            options = TestOptions(img_size=size, workers=1, nms_thres=recipe["nms_thres"])
             metrics, _ = test_weights(path, trees / "trees.data", options, log=lambda _: None)
             scores[f"{which}_{size}"] = metrics
     best = weights_dir / "best.pt"
@@ -95,7 +100,7 @@ def main() -> int:
     row = {
         "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
         "variant": args.variant, "seed": args.seed,
-        "changes": json.dumps({**changes, **({"learning_rate": args.lr} if args.lr else {})}, sort_keys=True),
+        "changes": json.dumps(changes, sort_keys=True),
         "iterations": result.iterations, "epochs": result.epochs, "train_minutes": f"{result.minutes:.2f}",
         "wall_minutes": f"{wall:.2f}", "stop_reason": result.stop_reason, "best_epoch": best_epoch,
         **{key: (f"{value.map50:.4f}" if value is not None else "") for key, value in scores.items()},

@@ -72,11 +72,12 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=4, help="images per evaluation batch")
     args = parser.parse_args()
 
-    from turboyolo.commands.demo import DEMO_NMS
     from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
+    from turboyolo.train.config import read_config
     from turboyolo.train.evaluation import TestOptions, test_weights
 
+    nms = read_config("trees")["nms_thres"]  # as the demo evaluates
     data = build(Path(args.out))
     samples = scan_dataset(str(data), "val").samples
     boxes = sum(len(s.labels) for s in samples)
@@ -90,7 +91,7 @@ def main() -> int:
                                   shuffle=False, rect=rect)
             pixels = sum(int(np.prod(images.shape[2:])) * images.shape[0] for images, _, _ in loader)
             started = time.perf_counter()
-            options = TestOptions(img_size=size, batch_size=args.batch_size, workers=0, nms_thres=DEMO_NMS,
+            options = TestOptions(img_size=size, batch_size=args.batch_size, workers=0, nms_thres=nms,
                                   rect=rect)
             result, _ = test_weights(args.weights, data, options, log=lambda _: None)
             seconds = time.perf_counter() - started

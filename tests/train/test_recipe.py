@@ -182,8 +182,9 @@ def test_close_mosaic_counts_the_last_epochs():
     config = TrainConfig.build(cfg="a.cfg", data="d.data", epochs=10, close_mosaic=3, mosaic=1.0)
     run = SimpleNamespace(config=config, planned_epochs=lambda: 10)
     said = []
-    assert [mixing(e, run, said.append) for e in range(10)] == [True] * 7 + [False] * 3
+    assert [mixing(e, run, 3, said.append) for e in range(10)] == [True] * 7 + [False] * 3
     assert said == ["epoch 8: mosaic and mixup off for the last 3 epochs (--close-mosaic)"]
+    assert all(mixing(e, run, 0, said.append) for e in range(10)) and len(said) == 1
 
 
 def test_planned_epochs_follow_max_batches(tmp_path):

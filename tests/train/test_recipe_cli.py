@@ -3,9 +3,12 @@ the model it trains, what it prints), and ``turboyolo test --rect`` feeds rectan
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import yaml
 
+import turboyolo
 from synth import make_dataset, make_image_folder, micro_cfg
 from turboyolo.cli import main as cli
 from turboyolo.formats.darknet_cfg import parse_cfg
@@ -65,3 +68,47 @@ def test_test_rect_feeds_batches_of_the_images_aspect(tmp_path, monkeypatch, cap
     assert square == {(64, 64)}
     assert set(shapes) == {(32, 64)}  # 40-54 x 120-135 images: 64 wide, <= 0.45 x 64 up to the stride 32
     assert "mAP@0.5" in capsys.readouterr().out
+
+
+def test_pretrained_names_and_a_batch_without_subdivisions(tmp_path, tiny_weights, capsys):
+    """A new user's first command: an architecture as --cfg, a pretrained name as --weights, --batch
+    alone; then `turboyolo test` and `turboyolo export` of a pretrained name."""
+    data = make_dataset(tmp_path / "data", 4, 2, num_classes=2)
+    assert cli(["train", "--cfg", "yolov3-tiny", "--weights", "yolov3-tiny", "--data", str(data),
+                "--batch", "4", "--img-size", "64", "--epochs", "1", "--workers", "0",
+                "--evaluation-interval", "0", "--project", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "network: yolov3-tiny, its canonical cfg for the data set's 2 classes" in out
+    assert "--batch 4 without --subdivisions: 4 images per mini-batch (subdivisions=1; the cfg's " \
+           "subdivisions=16 split its batch=64)" in out
+    assert f"loaded {tiny_weights} into every layer whose shape matches" in out
+    net = parse_cfg(tmp_path / "runs" / "exp" / "model.cfg")
+    assert (net.net.batch, net.net.subdivisions, net.yolo_layers[0][1].classes) == (4, 1, 2)
+    # `turboyolo test` of the COCO weights: a data set with COCO's 80 classes
+    coco = Path(turboyolo.__file__).parent / "resources" / "coco.names"
+    coco_data = data.parent / "coco.data"
+    coco_data.write_text(data.read_text().replace(str(data.parent / "names"), str(coco))
+                         .replace("classes=2", "classes=80"))
+    assert cli(["test", "--weights", "yolov3-tiny", "--data", str(coco_data), "--img-size", "64",
+                "--workers", "0"]) == 0
+    assert f"loaded {tiny_weights}" in capsys.readouterr().out
+    onnx = tmp_path / "tiny.onnx"
+    assert cli(["export", "--weights", "yolov3-tiny", "--img-size", "64", "-o", str(onnx), "--no-check"]) == 0
+    assert onnx.stat().st_size > 30_000_000
+    assert cli(["train", "--cfg", "yolov3-tiny", "--weights", "yolov9-huge", "--data", str(data),
+                "--project", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "yolov9-huge: no such weights file (--weights); a path, or one of the pretrained names" in err
+    assert "yolov4-tiny" in err and "Traceback" not in err
+
+
+def test_anchors_flag_replaces_the_cfgs(tmp_path):
+    data = make_dataset(tmp_path / "data", 4, 2)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=2)
+    anchors = "5,6, 9,9, 12,14, 20,22, 30,30, 40,44"
+    assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--anchors", anchors, "--epochs", "1",
+                "--workers", "0", "--evaluation-interval", "0", "--project", str(tmp_path / "runs")]) == 0
+    yolo = parse_cfg(tmp_path / "runs" / "exp" / "model.cfg").yolo_layers[0][1]
+    assert yolo.anchors[:2] == ((5.0, 6.0), (9.0, 9.0))
+    assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--anchors", "5,6,7", "--project",
+                str(tmp_path / "runs")]) == 1

@@ -23,18 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from turboyolo.errors import ConfigError
-    from turboyolo.formats.darknet_cfg import write_cfg
+    from turboyolo.formats.darknet_cfg import parse_anchor_list, write_cfg
     from turboyolo.model.zoo import make_spec
 
-    anchors = None
-    if args.anchors:
-        try:
-            values = [float(v) for v in args.anchors.replace(" ", "").split(",") if v]
-        except ValueError as err:
-            raise ConfigError(f"--anchors {args.anchors!r}: {err}") from None
-        if len(values) % 2:
-            raise ConfigError("--anchors needs w,h pairs (an even count of numbers)")
-        anchors = tuple(zip(values[0::2], values[1::2]))
+    anchors = parse_anchor_list(args.anchors) if args.anchors else None
     spec = make_spec(
         args.architecture,
         args.num_classes,

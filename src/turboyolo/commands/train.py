@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     parser.add_argument("-d", "--data", help=".data file or data.yaml of the data set")
     parser.add_argument("--resume", help="checkpoint (weights/last.pt) to continue exactly where it stopped")
+    parser.add_argument("--config", help="a run's config.yaml or a recipe file: every option it holds (cfg, "
+                        "data and weights too), flags given as well win")
     parser.add_argument("--hyp", help="YAML file of augmentation and loss values (any of their flags' names, "
                         "e.g. mosaic: 0.5); flags given as well win")
     add_flags(parser)

@@ -44,7 +44,7 @@ class NetSpec:
     saturation: float = 1.0
     exposure: float = 1.0
     hue: float = 0.0
-    mosaic: float = 0.0  # AlexeyAB's mosaic=1: probability of a 4-image mosaic per training sample
+    mosaic: float | None = None  # AlexeyAB's mosaic=1: a 4-image mosaic per training sample; None: not given
     learning_rate: float = 0.001
     burn_in: int = 0
     power: float = 4.0
@@ -544,6 +544,17 @@ def parse_cfg(path: str | Path) -> ModelSpec:
     return parse_cfg_text(text, str(path))
 
 
+def parse_anchor_list(text: str, flag: str = "--anchors") -> tuple[tuple[float, float], ...]:
+    """``'10,13, 16,30, ...'`` (a [yolo] ``anchors=`` value) -> ((10.0, 13.0), (16.0, 30.0), ...)."""
+    try:
+        values = [float(v) for v in str(text).replace(" ", "").split(",") if v]
+    except ValueError as err:
+        raise ConfigError(f"{flag} {text!r}: {err}") from None
+    if not values or len(values) % 2 or min(values) <= 0:
+        raise ConfigError(f"{flag} {text!r}: needs w,h pairs of positive numbers (an even count)")
+    return tuple(zip(values[0::2], values[1::2]))
+
+
 def training_only_notes(spec: ModelSpec) -> list[str]:
     """One line per Darknet training setting of ``spec`` that turboyolo's trainer does not reproduce
     (:data:`TRAINING_ONLY_KEYS`, switched on); ``turboyolo train`` prints them. Inference ignores them."""
@@ -618,8 +629,8 @@ def _net_lines(net: NetSpec) -> list[str]:
         if f.name in ("extra", "line", "optimizer", "b1", "b2", "eps"):
             continue
         value = getattr(net, f.name)
-        if value == ():  # no steps/scales: Darknet reads a missing key as none, `steps=` is malformed
-            continue
+        if value == () or value is None:  # no steps/scales: Darknet reads a missing key as none, `steps=`
+            continue  # is malformed; a key the cfg did not give (mosaic) stays absent
         lines.append(f"{f.name}={_fmt(value)}")
     if net.optimizer == "adam":
         lines += ["adam=1", f"B1={_fmt(net.b1)}", f"B2={_fmt(net.b2)}", f"eps={_fmt(net.eps)}"]

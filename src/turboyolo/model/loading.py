@@ -306,6 +306,20 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
     return model
 
 
+def weights_path(weights: str | Path) -> Path:
+    """The file ``weights`` names: a path, or a pinned asset name (``yolov3-tiny``, ``yolov4-tiny``, ...)
+    fetched into the cache (a file of that name in the working directory wins)."""
+    from turboyolo import assets
+
+    path = Path(weights)
+    if not path.exists() and str(weights) in assets.ASSETS:
+        return assets.fetch(str(weights))
+    if not path.exists():
+        raise WeightsError(f"{path}: no such weights file (--weights); a path, or one of the pretrained "
+                           f"names {', '.join(sorted(assets.ASSETS))} (fetched and checked by sha256)")
+    return path
+
+
 def load_pretrained(model: Darknet, weights: str | Path, checkpoint: dict | None = None
                     ) -> tuple[list[str], list[int]]:
     """Load ``weights`` (Darknet ``.weights`` or a checkpoint) into ``model``: everything whose shape fits.
@@ -314,10 +328,7 @@ def load_pretrained(model: Darknet, weights: str | Path, checkpoint: dict | None
     initialisation. Darknet's ``seen`` is not carried over (the schedule of this run starts at
     iteration 1). ``checkpoint``: the checkpoint ``weights`` names, when the caller has already read it.
     """
-    path = Path(weights)
-    if not path.exists():
-        raise WeightsError(f"{path}: no such weights file (--weights); "
-                           "`turboyolo fetch yolov3-tiny` gets the COCO tiny weights")
+    path = weights_path(weights)
     if is_checkpoint(path):
         state = checkpoint if checkpoint is not None else read_checkpoint(path)
         loaded, skipped = load_matching(model, checkpoint_model_state(state, path=path))

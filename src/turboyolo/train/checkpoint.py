@@ -5,7 +5,8 @@ run code from the file), built by :func:`checkpoint_dict` and read back by :func
 
     format, version, model, ema (or None), ema_updates, optimizer, scaler, iteration, epoch,
     epoch_batches (mini-batches of ``epoch`` already consumed), epoch_start_sample, world_size,
-    mini_batch, seen, best_fitness, best_epoch, rng, config (TrainConfig.as_dict()), cfg_text
+    mini_batch, seen, best_fitness, best_epoch, rng, config (TrainConfig.as_dict()), cfg_text,
+    plan (the run's optimizer, schedule and EMA settings: :class:`turboyolo.train.plan.Plan`)
 
 Saving copies every tensor into buffers allocated once and reused (pinned memory on CUDA), hands the
 copy to a writer thread and returns: the training loop blocks only for the copy. The thread writes a
@@ -325,6 +326,7 @@ def checkpoint_dict(state, config_dict: dict, cfg_text: str) -> dict:
         "rng": rng_state(),
         "config": config_dict,
         "cfg_text": cfg_text,
+        "plan": state.plan.as_dict() if state.plan is not None else None,
     }
 
 

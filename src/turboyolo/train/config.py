@@ -20,15 +20,21 @@ from typing import Any
 
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.errors import FlagError
+from turboyolo.formats.darknet_cfg import parse_anchor_list
 
 CACHE_CHOICES = ("none", "ram", "disk")
 AUGMENT_ON_CHOICES = ("cpu", "device")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")  # turboyolo.train.loss.BOX_LOSSES
 
 
-def option(default: Any, help: str, *flags: str, **argparse_kwargs: Any):
-    """A config field with its help text and flag spellings (default: ``--<name with hyphens>``)."""
-    return field(default=default, metadata={"help": help, "flags": flags, "argparse": argparse_kwargs})
+def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | None = None,
+           **argparse_kwargs: Any):
+    """A config field with its help text and flag spellings (default: ``--<name with hyphens>``).
+
+    ``shortcuts``: extra flags that take no value and set the field to theirs (``--cos-lr``: cosine).
+    """
+    return field(default=default, metadata={"help": help, "flags": flags, "argparse": argparse_kwargs,
+                                            "shortcuts": shortcuts or {}})
 
 
 @dataclass
@@ -81,6 +87,54 @@ class ScheduleArgs:
         _require(self.patience >= 0, "--patience must be >= 0 epochs (0: off)")
 
 
+SCHEDULES = ("fitted", "darknet")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+LR_DECAYS = ("cosine", "linear")
+
+
+@dataclass
+class OptimArgs:
+    """The optimizer and its learning-rate schedule. ``fitted`` (the default) follows the planned run: a
+    warm-up, then a decay that ends at its last planned iteration (``--epochs`` / ``--max-batches``);
+    ``darknet`` runs the cfg's ``[net]`` optimizer, learning_rate, burn_in, power, policy, steps and scales
+    exactly as Darknet does (its plan is 500,200 iterations for the stock cfgs)."""
+
+    lr_schedule: str = option("fitted", "fitted: warm-up, then a decay ending at the run's last planned "
+                              "iteration, with the optimizer below; darknet: the cfg's [net] schedule and "
+                              "optimizer, as Darknet runs them", "--schedule", "--lr-schedule",
+                              choices=SCHEDULES)
+    optimizer: str | None = option(None, "default: adam (fitted schedule), the cfg's (darknet)",
+                                   choices=OPTIMIZERS)
+    lr: float | None = option(None, "peak learning rate (default: 0.002 for adam/adamw, 0.01 for sgd with "
+                              "the fitted schedule; the cfg's learning_rate with darknet)", "--lr",
+                              type=float)
+    lr_final: float = option(0.0, "fitted schedule: the rate at the last planned iteration, as a fraction "
+                             "of --lr", type=float, metavar="FRACTION")
+    warmup_epochs: float = option(3.0, "fitted schedule: warm-up length in epochs, capped at 10%% of the "
+                                  "planned iterations and at 1000 iterations; the rate rises as "
+                                  "(i / warm-up)^2 (0: none)", "--warmup-epochs", "--warmup", type=float,
+                                  metavar="EPOCHS")
+    lr_decay: str = option("cosine", "fitted schedule: the decay after the warm-up (--cos-lr / --linear-lr "
+                           "are shortcuts)", choices=LR_DECAYS,
+                           shortcuts={"--cos-lr": "cosine", "--linear-lr": "linear"})
+    weight_decay: float | None = option(None, "L2 weight decay of the convolution weights, decoupled for "
+                                        "adamw (default: 0.0005 fitted, the cfg's decay with darknet)",
+                                        type=float)
+    momentum: float | None = option(None, "SGD momentum, Adam's beta1 (default: 0.9 fitted, the cfg's "
+                                    "momentum with darknet)", type=float)
+
+    def check(self) -> None:
+        _require(self.lr_schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)}")
+        _require(self.optimizer is None or self.optimizer in OPTIMIZERS,
+                 f"--optimizer must be one of {', '.join(OPTIMIZERS)}")
+        _require(self.lr is None or self.lr > 0, "--lr must be > 0")
+        _require(0 <= self.lr_final <= 1, "--lr-final is a fraction of --lr in [0, 1]")
+        _require(self.warmup_epochs >= 0, "--warmup-epochs must be >= 0")
+        _require(self.lr_decay in LR_DECAYS, f"--lr-decay must be one of {', '.join(LR_DECAYS)}")
+        _require(self.weight_decay is None or self.weight_decay >= 0, "--weight-decay must be >= 0")
+        _require(self.momentum is None or 0 <= self.momentum < 1, "--momentum must be in [0, 1)")
+
+
 @dataclass
 class AugmentArgs:
     """The training augmentation; ``None`` = the cfg's value (``[net]`` angle, hue, saturation, exposure,
@@ -108,9 +162,11 @@ class AugmentArgs:
     flipud: float = option(0.0, "probability of an up-down flip (aerial and microscope images)", type=float,
                            metavar="P")
     mosaic: float | None = option(None, "probability of a 4-image mosaic per training sample (default: "
-                                  "the cfg's [net] mosaic, else 0)", type=float, metavar="P")
-    close_mosaic: int = option(0, "no mosaic and no mixup in the last N epochs of the run", type=int,
-                               metavar="N")
+                                  "the cfg's [net] mosaic when it gives one, else 1)", type=float,
+                                  metavar="P")
+    close_mosaic: int | None = option(None, "no mosaic and no mixup in the last N epochs of the run "
+                                      "(default: the last 20%% of the planned epochs, at most 10)", type=int,
+                                      metavar="N")
     mixup: float = option(0.0, "probability of blending a training sample with another (YOLOv5's mixup)",
                           type=float, metavar="P")
 
@@ -126,20 +182,22 @@ class AugmentArgs:
         for name in ("saturation", "exposure"):
             value = getattr(self, name)
             _require(value is None or value >= 1, f"--{name} is a Darknet factor >= 1 (1 = off)")
-        _require(self.close_mosaic >= 0, "--close-mosaic must be >= 0 epochs")
+        _require(self.close_mosaic is None or self.close_mosaic >= 0, "--close-mosaic must be >= 0 epochs")
 
 
 @dataclass
 class LossArgs:
     """Target assignment, the anchors and the weights of the loss terms (also ``--hyp`` file keys)."""
 
-    box_loss: str = option("cfg", "box regression loss: cfg = each [yolo]'s iou_loss (mse when absent); "
-                           "the others replace it in every head (darknet = mse); the cfg's iou_normalizer "
-                           "still weighs it", choices=BOX_LOSSES)
+    box_loss: str | None = option(None, "box regression loss (default: each [yolo]'s iou_loss when the cfg "
+                                  "names one, else giou); cfg = each [yolo]'s iou_loss, mse when absent, as "
+                                  "Darknet; the others replace it in every head (darknet = mse); the cfg's "
+                                  "iou_normalizer still weighs it", choices=BOX_LOSSES)
     assign_iou_thresh: float | None = option(None, "also train every anchor whose shape IoU with a box "
-                                             "exceeds this (AlexeyAB's iou_thresh, e.g. 0.213; 1 = best "
-                                             "anchor only; default: each [yolo]'s iou_thresh, 1 when "
-                                             "absent)", "--assign-iou-thres", type=float)
+                                             "exceeds this (AlexeyAB's iou_thresh; 1 = best anchor only, "
+                                             "as pjreddie's Darknet; default: each [yolo]'s iou_thresh when "
+                                             "the cfg gives one, else 0.213)", "--assign-iou-thres",
+                                             type=float)
     anchor_ratio: float = option(0.0, "train every anchor within this w/h factor of a box (YOLOv5: 4; "
                                  "0 = off)", type=float)
     obj_iou: bool = option(True, "objectness target of an assigned cell = GIoU (>= 0) of its predicted box "
@@ -154,18 +212,29 @@ class LossArgs:
                                            "(default: the cfg's [yolo] label_smooth_eps, else 0)",
                                            "--label-smoothing", "--label-smooth-eps", type=float,
                                            metavar="EPS")
-    autoanchor: bool = option(False, "when the cfg's anchors cover the training boxes poorly (best-possible "
-                              "recall < 98%%), fit new ones (k-means) and train with them (model.cfg)",
-                              action="store_true")
+    autoanchor: bool = option(True, "when the cfg's anchors cover the training boxes poorly (best-possible "
+                              "recall < 98%%), fit new ones (k-means) and train with them (model.cfg); "
+                              "--no-autoanchor keeps the cfg's and only warns",
+                              action=argparse.BooleanOptionalAction)
+    anchors: str | None = option(None, "anchors of every [yolo] layer instead of the cfg's, as w,h pairs in "
+                                 "pixels of the network input ('16,17, 25,29, ...', e.g. from `turboyolo "
+                                 "anchors`)", metavar="W,H,...")
 
     def check(self) -> None:
-        _require(self.box_loss in BOX_LOSSES, f"--box-loss must be one of {', '.join(BOX_LOSSES)}")
+        _require(self.box_loss is None or self.box_loss in BOX_LOSSES,
+                 f"--box-loss must be one of {', '.join(BOX_LOSSES)}")
         _require(self.assign_iou_thresh is None or 0 < self.assign_iou_thresh <= 1,
                  "--assign-iou-thres must be in (0, 1]")
         _require(self.anchor_ratio >= 0, "--anchor-ratio must be >= 0")
         _require(min(self.box_gain, self.obj_gain, self.cls_gain) >= 0, "loss gains must be >= 0")
         _require(self.label_smoothing is None or 0 <= self.label_smoothing < 1,
                  "--label-smoothing must be in [0, 1)")
+        if self.anchors is not None:
+            if isinstance(self.anchors, list | tuple):  # a YAML list: [16, 17, 25, 29] or [[16, 17], ...]
+                flat = [v for item in self.anchors
+                        for v in (item if isinstance(item, list | tuple) else [item])]
+                self.anchors = ",".join(f"{v:g}" for v in flat)
+            parse_anchor_list(self.anchors)
 
 
 @dataclass
@@ -209,19 +278,22 @@ class RuntimeArgs:
     channels_last: bool = option(False, "channels_last memory format", action="store_true")
     ema: bool = option(True, "evaluate and export an exponential moving average of the weights",
                        action=argparse.BooleanOptionalAction)
-    ema_decay: float = option(0.9999, "EMA decay (ramps up over --ema-ramp)", type=float)
-    ema_ramp: float = option(2000.0, "iterations of the EMA decay ramp (short runs: ~20)", type=float)
+    ema_decay: float | None = option(None, "EMA decay, reached after the --ema-ramp (default: fitted to "
+                                     "the run: averages over its last ~20%% of planned iterations, "
+                                     "1 - 1 / (0.2 x iterations) within 0.9-0.9999)", type=float)
+    ema_ramp: float | None = option(None, "iterations over which the EMA decay ramps up (default: 8%% of "
+                                    "the planned iterations, at most 2000)", type=float)
     clip_norm: float = option(10.0, "gradient-norm clip (0: off)", type=float)
     freeze: int = option(0, "keep the first N layers (weights and BN statistics) as loaded", type=int)
-    bn_momentum: float | None = option(None, "BatchNorm momentum (default: Darknet's 0.01; short runs want "
-                                       "0.03-0.1)", type=float)
+    bn_momentum: float | None = option(None, "BatchNorm momentum, the weight of each mini-batch in the "
+                                       "running statistics (default: 0.03; Darknet's is 0.01)", type=float)
     seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
 
     def check(self) -> None:
         self.seed = max(self.seed, 0)
         _require(self.amp in AMP_CHOICES, f"--amp must be one of {', '.join(AMP_CHOICES)}")
-        _require(0 < self.ema_decay < 1, "--ema-decay must be in (0, 1)")
-        _require(self.ema_ramp > 0, "--ema-ramp must be > 0")
+        _require(self.ema_decay is None or 0 < self.ema_decay < 1, "--ema-decay must be in (0, 1)")
+        _require(self.ema_ramp is None or self.ema_ramp > 0, "--ema-ramp must be > 0")
         _require(self.clip_norm >= 0, "--clip-norm must be >= 0 (0: off)")
         _require(self.freeze >= 0, "--freeze must be >= 0 (a layer count)")
         _require(self.bn_momentum is None or 0 < self.bn_momentum < 1, "--bn-momentum must be in (0, 1)")
@@ -248,6 +320,7 @@ class OutputArgs:
 GROUPS: dict[str, type] = {
     "data_args": DataArgs,
     "schedule": ScheduleArgs,
+    "optim": OptimArgs,
     "augment": AugmentArgs,
     "loss": LossArgs,
     "eval": EvalArgs,
@@ -273,6 +346,7 @@ class TrainConfig:
     hyp: str | None = None  # the --hyp file the augment and loss values came from (they are stored too)
     data_args: DataArgs = field(default_factory=DataArgs)
     schedule: ScheduleArgs = field(default_factory=ScheduleArgs)
+    optim: OptimArgs = field(default_factory=OptimArgs)
     augment: AugmentArgs = field(default_factory=AugmentArgs)
     loss: LossArgs = field(default_factory=LossArgs)
     eval: EvalArgs = field(default_factory=EvalArgs)
@@ -292,14 +366,21 @@ class TrainConfig:
     # ------------------------------------------------------------------ construction
     @classmethod
     def build(cls, cfg: str = "", data: str = "", weights: str | None = None, resume: str | None = None,
-              hyp: str | None = None, **options: Any) -> TrainConfig:
+              hyp: str | None = None, base: dict[str, Any] | None = None, **options: Any) -> TrainConfig:
         """From flat option names (``epochs=5, cache="ram"``), the Python API's spelling of the flags.
 
-        ``hyp``: a YAML file of augmentation and loss values (:func:`read_hyp`); options given here win.
+        ``base``: option values to start from (a ``--config`` file's, :func:`read_config`); then ``hyp``, a
+        YAML file of augmentation and loss values (:func:`read_hyp`); options given here win over both.
         """
         groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
+        base = dict(base or {})
+        cfg, data, weights = (given or base.get(key) for key, given in
+                              (("cfg", cfg), ("data", data), ("weights", weights)))
+        hyp = hyp or base.get("hyp")
+        for key in INPUTS:
+            base.pop(key, None)
         from_file = read_hyp(hyp) if hyp else {}
-        for name, value in {**from_file, **options}.items():
+        for name, value in {**base, **from_file, **options}.items():
             group = OPTION_GROUP.get(name)
             if group is None:
                 raise FlagError(f"unknown training option {name!r}; see `turboyolo train -h`")
@@ -307,15 +388,19 @@ class TrainConfig:
         made = {group: GROUPS[group](**values) for group, values in groups.items()}
         return cls(cfg=str(cfg or ""), data=str(data or ""), weights=str(weights) if weights else None,
                    resume=str(resume) if resume else None, hyp=str(hyp) if hyp else None,
-                   given=tuple(options), **made)
+                   given=tuple(dict.fromkeys([*base, *options])), **made)
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> TrainConfig:
-        """From ``turboyolo train``'s parsed flags (only those the user passed are present)."""
+        """From ``turboyolo train``'s parsed flags (only those the user passed are present); with
+        ``--config FILE`` the file's values first, the flags over them."""
         values = {name: getattr(args, name) for name in OPTION_GROUP if hasattr(args, name)}
-        return cls.build(getattr(args, "cfg", None) or "", getattr(args, "data", None) or "",
-                         getattr(args, "weights", None), getattr(args, "resume", None),
-                         getattr(args, "hyp", None), **values)
+        inputs = {key: getattr(args, key, None) for key in INPUTS}
+        base: dict[str, Any] = {}
+        if getattr(args, "config", None):
+            base = read_config(args.config)
+        return cls.build(inputs["cfg"] or "", inputs["data"] or "", inputs["weights"], inputs["resume"],
+                         inputs["hyp"], base=base, **values)
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -329,7 +414,11 @@ class TrainConfig:
         if "aug_scale_min" in flat or "aug_scale_max" in flat:  # 0.1 stored the zoom range as two fields
             flat["aug_scale"] = (flat.pop("aug_scale_min", 0.75), flat.pop("aug_scale_max", 1.25))
         flat.setdefault("obj_iou", False)  # saved before it became the default: trained with target 1
-        inputs = {key: flat.pop(key, None) for key in ("cfg", "data", "weights", "resume", "hyp")}
+        if "optim" not in values and "lr_schedule" not in flat:  # saved before 0.3: the cfg's schedule
+            flat["lr_schedule"] = "darknet"  # and Darknet's BN momentum, as it was trained
+            flat["bn_momentum"] = flat.get("bn_momentum") or 0.01
+            flat["close_mosaic"] = flat.get("close_mosaic") or 0
+        inputs = {key: flat.pop(key, None) for key in INPUTS}
         given = tuple(flat.pop("given", ()) or ())
         options = {key: value for key, value in flat.items() if key in OPTION_GROUP}
         config = cls.build(inputs["cfg"] or "", inputs["data"] or "", inputs["weights"], inputs["resume"],
@@ -367,7 +456,7 @@ class TrainConfig:
         """A copy with options changed by their flat names (experiments, the demo recipe)."""
         values = self.as_dict()
         for name, value in options.items():
-            if name in ("cfg", "data", "weights", "resume", "hyp"):
+            if name in INPUTS:
                 values[name] = value
             elif name in OPTION_GROUP:
                 values[OPTION_GROUP[name]][name] = value
@@ -381,7 +470,52 @@ OPTION_GROUP: dict[str, str] = {f.name: group for group, kind in GROUPS.items() 
 # The keys of a --hyp file: every augmentation and loss knob.
 HYP_GROUPS = ("augment", "loss")
 HYP_OPTIONS = tuple(f.name for group in HYP_GROUPS for f in fields(GROUPS[group]))
-RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROUPS))  # config.yaml's top
+RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROUPS), "plan")  # config.yaml
+INPUTS = ("cfg", "data", "weights", "resume", "hyp")  # what a run reads besides its options
+
+
+RECIPE_DIR = Path(__file__).parents[1] / "resources" / "recipes"
+RECIPES = {path.stem: path for path in sorted(RECIPE_DIR.glob("*.yaml"))}  # packaged: --config trees
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The values of a ``--config`` file, flat: a run's ``config.yaml`` (grouped by section) or a recipe
+    (grouped or flat; a name of :data:`RECIPES`, such as ``trees``, is the packaged recipe of that
+    sample), with ``cfg``, ``data`` and ``weights`` if it names them. Relative paths that do
+    not exist from the working directory are taken from the file's folder. ``given``, ``plan`` (what a
+    run derived) and ``resume`` are not read: a recipe starts a new run."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists() and str(path) in RECIPES:
+        path = RECIPES[str(path)]
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise FlagError(f"--config {path}: cannot read it ({err})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise FlagError(f"--config {path}: expected a mapping of option names to values (as a run's "
+                        "config.yaml)")
+    flat: dict[str, Any] = {}
+    for key, value in loaded.items():
+        if key in GROUPS and isinstance(value, dict):
+            flat.update(value)
+        elif key not in ("given", "plan", "resume"):
+            flat[key] = value
+    unknown = sorted(str(key) for key in set(flat) - set(OPTION_GROUP) - set(INPUTS))
+    if unknown:
+        raise FlagError(f"--config {path}: unknown key(s) {', '.join(unknown)}; the keys are those of a "
+                        "run's config.yaml (the flags of `turboyolo train` with underscores)")
+    for key in ("cfg", "data", "weights", "hyp"):
+        value = flat.get(key)
+        if isinstance(value, str) and value and not Path(value).is_absolute() and not Path(value).exists():
+            beside = path.parent / value
+            if beside.exists():
+                flat[key] = str(beside)
+    flat.pop("resume", None)
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in flat.items()}
 
 
 def read_hyp(path: str | Path) -> dict[str, Any]:
@@ -430,6 +564,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             help_text = meta["help"] + ("" if default is None or isinstance(default, bool)
                                         else f" (default: {shown})")
             section.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, help=help_text, **kwargs)
+            for flag, value in meta["shortcuts"].items():
+                section.add_argument(flag, dest=item.name, action="store_const", const=value,
+                                     default=argparse.SUPPRESS, help=f"= {flags[0]} {value}")
 
 
 def _require(ok: bool, message: str) -> None:

@@ -21,6 +21,7 @@ from turboyolo.errors import TurboYoloError
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import EvalResult, evaluate_detections
 from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
+from turboyolo.train.plan import Plan
 
 
 class NonFiniteLoss(TurboYoloError):
@@ -51,6 +52,7 @@ class TrainState:
     ddp: nn.Module | None = None  # the DistributedDataParallel wrapper under torchrun (for no_sync)
     epoch_start_sample: int = 0  # global sample position the current epoch (re)started at
     world_size: int = 1
+    plan: Plan | None = None  # optimizer, schedule, EMA and close-mosaic settings of the run (checkpointed)
 
 
 @dataclass

@@ -6,12 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from turboyolo.assets import ASSETS
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import ConfigError
 from turboyolo.formats.darknet_cfg import parse_cfg, parse_cfg_text
-from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint
+from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import EvalResult
 
@@ -42,12 +43,16 @@ def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
     The weights must fit the cfg exactly (as for detect): a checkpoint for another class count is
     refused, never evaluated with random heads.
     """
+    spec = None
+    if not Path(weights).exists() and str(weights) in ASSETS:  # a pretrained name: its canonical cfg
+        spec, weights = resolve_model(options.cfg, weights)
+    weights = weights_path(weights)
     state = read_checkpoint(weights) if is_checkpoint(weights) else None
     if options.cfg:
         spec = parse_cfg(options.cfg)
     elif state is not None and isinstance(state.get("cfg_text"), str):
         spec = parse_cfg_text(state["cfg_text"], f"{weights}:cfg_text")
-    else:
+    if spec is None:
         raise ConfigError("--model/--cfg is required with Darknet .weights (a checkpoint carries its cfg)")
     size = options.img_size
     if not size and state is not None:  # evaluate where the run evaluated

@@ -43,7 +43,7 @@ from turboyolo.train.loaders import RunData
 from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.metrics import EvalResult
 from turboyolo.train.recipe import describe
-from turboyolo.train.setup import Run, build_state, check_batching, fit_to_data, load_data, open_run
+from turboyolo.train.setup import Run, build_state, check_batching, fit_to_data, load_data, open_run, run_plan
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
 VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
@@ -129,7 +129,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             data.write_report(run.run_dir)
         spec = fit_to_data(run, data)
         device = distributed.device_for(env, resolve_device(config.runtime.device))
-        state = build_state(config, spec, env, device, run.resume_state, say)
+        state = build_state(config, spec, env, device, run.resume_state, say, run_plan(run))
     except BaseException:
         run.discard()  # a failed start leaves no half-made run directory behind
         raise
@@ -159,7 +159,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     restore_sigint = catch_ctrl_c(stop, say)
     try:
         while reason is None:
-            data.train.set_epoch(state.epoch, state.epoch_start_sample, mix=mixing(state.epoch, run, say))
+            data.train.set_epoch(state.epoch, state.epoch_start_sample,
+                                 mix=mixing(state.epoch, run, state.plan.close_mosaic, say))
             batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
             if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
                 batches = logger.first_batches(batches, data.names)
@@ -239,15 +240,14 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
 
 
 # ---------------------------------------------------------------------------------------------- setup
-def mixing(epoch: int, run: Run, say: Callable[..., None]) -> bool:
-    """Whether mosaic and mixup may run in ``epoch`` (``--close-mosaic N``: not in the last N)."""
+def mixing(epoch: int, run: Run, close_mosaic: int, say: Callable[..., None]) -> bool:
+    """Whether mosaic and mixup may run in ``epoch`` (not in the last ``close_mosaic`` planned epochs)."""
     augment = run.config.augment
-    if not augment.close_mosaic:
+    if not close_mosaic:
         return True
-    first_closed = run.planned_epochs() - augment.close_mosaic
+    first_closed = run.planned_epochs() - close_mosaic
     if epoch == first_closed and (augment.mosaic or augment.mixup):
-        say(f"epoch {epoch + 1}: mosaic and mixup off for the last {augment.close_mosaic} epochs "
-            "(--close-mosaic)")
+        say(f"epoch {epoch + 1}: mosaic and mixup off for the last {close_mosaic} epochs (--close-mosaic)")
     return epoch < first_closed
 
 

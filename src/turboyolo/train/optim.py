@@ -17,7 +17,7 @@ from torch import nn
 from turboyolo.errors import ConfigError
 from turboyolo.formats.darknet_cfg import NetSpec
 
-POLICIES = ("constant", "steps", "step", "poly", "cosine")
+POLICIES = ("constant", "steps", "step", "poly", "cosine", "linear")  # linear: turboyolo's, not Darknet's
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,14 @@ class Schedule:
     max_batches: int = 0
     step: int = 1  # policy=step: one scale every `step` iterations
     scale: float = 1.0
-    min_lr_ratio: float = 0.0  # cosine ends at learning_rate * min_lr_ratio
+    min_lr_ratio: float = 0.0  # cosine and linear end at learning_rate * min_lr_ratio
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ConfigError(
                 f"[net] policy={self.policy} is not supported; use one of {', '.join(POLICIES)}"
             )
-        if self.policy in ("poly", "cosine") and self.max_batches <= 0:
+        if self.policy in ("poly", "cosine", "linear") and self.max_batches <= 0:
             raise ConfigError(f"[net] policy={self.policy} needs max_batches > 0")
 
     @classmethod
@@ -64,7 +64,8 @@ def lr_at(schedule: Schedule | NetSpec, iteration: int) -> float:
     images).
 
     During burn-in (``iteration < burn_in``) the rate is ``lr * (iteration / burn_in) ** power``; then the
-    policy applies. For ``steps`` each scale applies once ``iteration >= step``.
+    policy applies. For ``steps`` each scale applies once ``iteration >= step``; ``cosine`` and ``linear``
+    fall from ``lr`` at the end of burn-in to ``lr * min_lr_ratio`` at ``max_batches``.
     """
     s = schedule if isinstance(schedule, Schedule) else Schedule.from_net(schedule)
     lr = s.learning_rate
@@ -80,11 +81,12 @@ def lr_at(schedule: Schedule | NetSpec, iteration: int) -> float:
         return lr * s.scale ** (iteration // max(s.step, 1))
     if s.policy == "poly":
         return lr * max(0.0, 1.0 - iteration / s.max_batches) ** s.power
-    if s.policy == "cosine":
+    if s.policy in ("cosine", "linear"):
         span = max(s.max_batches - s.burn_in, 1)
         progress = min(max(iteration - s.burn_in, 0) / span, 1.0)
         floor = lr * s.min_lr_ratio
-        return floor + (lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        fall = 0.5 * (1.0 + math.cos(math.pi * progress)) if s.policy == "cosine" else 1.0 - progress
+        return floor + (lr - floor) * fall
     return lr
 
 
@@ -105,18 +107,43 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def build_optimizer(model: nn.Module, net: NetSpec, batch: int | None = None) -> torch.optim.Optimizer:
-    """SGD (momentum, nesterov off) or Adam as the cfg says; decay as in the cfg.
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """What :func:`build_optimizer` makes: ``name`` (sgd, adam, adamw), the peak rate, SGD momentum or
+    Adam's beta1, the weight decay of the convolution weights, Adam's beta2 and eps."""
+
+    name: str
+    lr: float
+    momentum: float = 0.9
+    weight_decay: float = 0.0005
+    b2: float = 0.999
+    eps: float = 1e-7
+
+    @classmethod
+    def from_net(cls, net: NetSpec) -> OptimizerSettings:
+        """The cfg's ``[net]`` optimizer (Darknet's ``adam=1`` or ``optimizer=``), rate, momentum, decay."""
+        momentum = net.b1 if net.optimizer == "adam" else net.momentum
+        return cls(net.optimizer, net.learning_rate, momentum, net.decay, net.b2, net.eps)
+
+
+def build_optimizer(model: nn.Module, settings: OptimizerSettings | NetSpec) -> torch.optim.Optimizer:
+    """SGD (momentum, nesterov off), Adam (L2 decay in the gradient, as Darknet's adam) or AdamW (decoupled
+    decay). A :class:`NetSpec` stands for its own ``[net]`` settings.
 
     Darknet scales decay by the batch (``decay * batch`` on a summed gradient); with the loss divided by
     the images per iteration the same decay is the plain L2 coefficient ``decay``.
     """
-    groups = param_groups(model, net.decay)
-    if net.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=net.learning_rate, betas=(net.b1, net.b2), eps=net.eps)
-    if net.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=net.learning_rate, momentum=net.momentum)
-    raise ConfigError(f"[net] optimizer={net.optimizer} is not supported; use sgd or adam")
+    if isinstance(settings, NetSpec):
+        settings = OptimizerSettings.from_net(settings)
+    groups = param_groups(model, settings.weight_decay)
+    betas = (settings.momentum, settings.b2)
+    if settings.name == "adam":
+        return torch.optim.Adam(groups, lr=settings.lr, betas=betas, eps=settings.eps)
+    if settings.name == "adamw":
+        return torch.optim.AdamW(groups, lr=settings.lr, betas=betas, eps=settings.eps)
+    if settings.name == "sgd":
+        return torch.optim.SGD(groups, lr=settings.lr, momentum=settings.momentum)
+    raise ConfigError(f"optimizer {settings.name} is not supported; use sgd, adam or adamw")
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -2,8 +2,9 @@
 anchor check at the start, class-balanced image weights and single-class labels.
 
 Options left ``None`` take the cfg's value (``[net]`` angle, hue, saturation, exposure, flip, mosaic;
-``[yolo]`` jitter, label_smooth_eps); :func:`resolve` writes them into the config so ``config.yaml``
-and the console show every number the run used.
+``[yolo]`` jitter, label_smooth_eps, iou_loss, iou_thresh), or turboyolo's default where the cfg gives
+none; :func:`resolve` writes them into the config so ``config.yaml`` and the console show every number
+the run used.
 """
 
 from __future__ import annotations
@@ -29,10 +30,20 @@ def _first_yolo(spec: ModelSpec) -> YoloSpec | None:
     return next((layer for layer in spec.layers if isinstance(layer, YoloSpec)), None)
 
 
+# turboyolo's defaults where neither a flag nor the cfg says (measured on trees and BCCD, 250 iterations:
+# docs/PERFORMANCE.md, "Defaults"). The cfg's own keys win over these; --schedule darknet does not change
+# them.
+DEFAULT_MOSAIC = 1.0  # [net] mosaic absent (the stock YOLOv3 cfgs)
+DEFAULT_BOX_LOSS = "giou"  # no [yolo] names iou_loss (the stock YOLOv3 cfgs: Darknet's mse)
+DEFAULT_ASSIGN_IOU = 0.213  # no [yolo] gives iou_thresh (AlexeyAB's value; pjreddie's Darknet: 1)
+DEFAULT_BN_MOMENTUM = 0.03  # Darknet's 0.01 lets the running statistics lag a short fine-tune
+
+
 def resolve(config: TrainConfig, spec: ModelSpec) -> TrainConfig:
-    """``config`` with every augmentation and loss option that is ``None`` set from the cfg."""
+    """``config`` with every augmentation, loss and BatchNorm option that is ``None`` set from the cfg, or
+    from turboyolo's defaults where the cfg does not say."""
     net, yolo = spec.net, _first_yolo(spec)
-    aug, loss = config.augment, config.loss
+    aug, loss, runtime = config.augment, config.loss, config.runtime
     from_cfg = {
         "degrees": float(net.angle),
         "jitter": min(yolo.jitter if yolo is not None else MAX_JITTER, MAX_JITTER),
@@ -40,13 +51,22 @@ def resolve(config: TrainConfig, spec: ModelSpec) -> TrainConfig:
         "saturation": max(float(net.saturation), 1.0),
         "exposure": max(float(net.exposure), 1.0),
         "fliplr": 0.5 if dict(net.extra).get("flip", "1") != "0" else 0.0,
-        "mosaic": min(max(float(net.mosaic), 0.0), 1.0),
+        "mosaic": min(max(float(net.mosaic), 0.0), 1.0) if net.mosaic is not None else
+        0.0 if config.data_args.augment_on == "device" else DEFAULT_MOSAIC,  # the device path makes none
     }
     augment = dataclasses.replace(aug, **{k: v for k, v in from_cfg.items() if getattr(aug, k) is None})
+    heads = [layer for layer in spec.layers if isinstance(layer, YoloSpec)]
+    loss_values = {}
     if loss.label_smoothing is None:
-        eps = float(dict(yolo.extra).get("label_smooth_eps", 0.0)) if yolo is not None else 0.0
-        loss = dataclasses.replace(loss, label_smoothing=eps)
-    return dataclasses.replace(config, augment=augment, loss=loss)
+        loss_values["label_smoothing"] = float(dict(yolo.extra).get("label_smooth_eps", 0.0)) if yolo else 0.0
+    if loss.box_loss is None:
+        loss_values["box_loss"] = "cfg" if any(h.iou_loss for h in heads) else DEFAULT_BOX_LOSS
+    if loss.assign_iou_thresh is None and not any(h.iou_thresh is not None for h in heads):
+        loss_values["assign_iou_thresh"] = DEFAULT_ASSIGN_IOU  # else None: each head's own iou_thresh
+    if runtime.bn_momentum is None:
+        runtime = dataclasses.replace(runtime, bn_momentum=DEFAULT_BN_MOMENTUM)
+    return dataclasses.replace(config, augment=augment, loss=dataclasses.replace(loss, **loss_values),
+                               runtime=runtime)
 
 
 def augment_params(config: TrainConfig, spec: ModelSpec) -> AugmentParams | None:
@@ -96,9 +116,10 @@ def check_anchors(spec: ModelSpec, samples: Sequence[Sample], *, autoanchor: boo
     if current.recall >= MIN_BPR:
         return spec
     if not autoanchor:
-        say(f"warning: the cfg's anchors cover the training boxes poorly (best-possible recall "
+        say(f"warning: the anchors cover the training boxes poorly (best-possible recall "
             f"{current.recall:.1%} < {MIN_BPR:.0%}); fit new ones with `turboyolo anchors --data {data} "
-            f"--cfg {cfg} -o fitted.cfg` and train that cfg, or add --autoanchor")
+            f"--cfg {cfg}` and give them to --anchors, or leave --autoanchor on (the default) and no "
+            "--anchors")
         return spec
     try:
         fitted = kmeans_anchors(sizes, len(yolo.anchors), seed=0, thresh=ANCHOR_IOU)

@@ -14,10 +14,11 @@ import yaml
 
 from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import FlagError
-from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_cfg, parse_cfg_text
+from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_anchor_list, parse_cfg, parse_cfg_text
+from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
-from turboyolo.model.zoo import with_classes
+from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
 from turboyolo.rundir import next_run_dir
 from turboyolo.train import distributed
 from turboyolo.train.checkpoint import restore
@@ -25,7 +26,8 @@ from turboyolo.train.config import RESUMABLE, TrainConfig
 from turboyolo.train.engine import TrainState
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
-from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
+from turboyolo.train.plan import Plan, legacy_plan, make_plan, refit
 from turboyolo.train.recipe import check_anchors, resolve
 
 
@@ -89,7 +91,7 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
         run_dir = Path(config.resume).resolve().parent.parent
     else:
-        spec = apply_overrides(parse_cfg(config.cfg), config)
+        spec = apply_overrides(load_cfg(config, say), config, say)
         config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
         output = config.output
         made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
@@ -107,19 +109,47 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     return run
 
 
-def apply_overrides(spec: ModelSpec, config: TrainConfig) -> ModelSpec:
-    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size``, ``--max-batches`` and ``--single-cls``
-    applied."""
+def load_cfg(config: TrainConfig, say: Callable[..., None]) -> ModelSpec:
+    """The network ``--cfg`` names: a ``.cfg`` file, or an architecture (``yolov3-tiny``, ``yolov4-tiny``,
+    ...: its canonical cfg, written for the data set's class count)."""
+    if Path(config.cfg).exists() or config.cfg not in ARCHITECTURES:
+        return parse_cfg(config.cfg)
+    names = load_data_config(config.data).names
+    if config.data_args.single_cls:
+        names = ["item"]
+    if not names:
+        raise FlagError(f"--cfg {config.cfg}: {config.data} names no classes, so the network's class count "
+                        "is unknown; add a names file to the data set, or write a cfg with `turboyolo cfg`")
+    say(f"network: {config.cfg}, its canonical cfg for the data set's {len(names)} classes")
+    return make_spec(config.cfg, num_classes=len(names))
+
+
+def apply_overrides(spec: ModelSpec, config: TrainConfig, say: Callable[..., None] = print) -> ModelSpec:
+    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size``, ``--max-batches``, ``--anchors`` and
+    ``--single-cls`` applied.
+
+    ``--batch B`` without ``--subdivisions`` means B images per mini-batch (subdivisions=1), as
+    ``--batch`` means in other PyTorch trainers, unless B is the cfg's own batch (then its subdivisions
+    stay); a line says so.
+    """
     schedule, changes = config.schedule, {}
     if schedule.batch:
         changes["batch"] = schedule.batch
     if schedule.subdivisions:
         changes["subdivisions"] = schedule.subdivisions
+    elif schedule.batch and schedule.batch != spec.net.batch and spec.net.subdivisions != 1:
+        changes["subdivisions"] = 1
+        say(f"--batch {schedule.batch} without --subdivisions: {schedule.batch} images per mini-batch "
+            f"(subdivisions=1; the cfg's subdivisions={spec.net.subdivisions} split its "
+            f"batch={spec.net.batch}); "
+            "--subdivisions N accumulates N smaller mini-batches per iteration when memory is short")
     if config.data_args.img_size:
         changes["width"] = changes["height"] = config.data_args.img_size
     if schedule.max_batches:  # 0 means "epochs decide"; the schedule keeps the cfg's max_batches
         changes["max_batches"] = schedule.max_batches
     spec = spec.with_net(**changes) if changes else spec
+    if config.loss.anchors:
+        spec = with_anchors(spec, parse_anchor_list(config.loss.anchors))
     return with_classes(spec, 1) if config.data_args.single_cls else spec
 
 
@@ -153,7 +183,9 @@ def fit_to_data(run: Run, data: RunData) -> ModelSpec:
     then model.cfg is rewritten); the training set's size fixes the epochs ``--close-mosaic`` counts."""
     run.batches_per_epoch = len(data.train)
     if run.resume_state is None:
-        spec = check_anchors(run.spec, data.train_scan.samples, autoanchor=run.config.loss.autoanchor,
+        loss = run.config.loss
+        fit_anchors = loss.autoanchor and not loss.anchors  # anchors given with --anchors: only checked
+        spec = check_anchors(run.spec, data.train_scan.samples, autoanchor=fit_anchors,
                              data=run.config.data, cfg=run.config.cfg, say=run.say)
         if spec is not run.spec and run.env.is_main:
             (run.run_dir / "model.cfg").write_text(format_cfg(spec))
@@ -161,8 +193,34 @@ def fit_to_data(run: Run, data: RunData) -> ModelSpec:
     return run.spec
 
 
+def run_plan(run: Run) -> Plan:
+    """The plan of the run: the checkpoint's on ``--resume`` (so the curve continues unchanged), else
+    fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`)."""
+    net, config = run.spec.net, run.config
+    if run.resume_state is not None:
+        saved = run.resume_state.get("plan")
+        plan = (Plan.from_dict(saved) if saved else
+                legacy_plan(config, net, run.planned_iterations(), run.planned_epochs()))
+        planned = run.planned_iterations()
+        if plan.iterations != planned and config.optim.lr_schedule == "fitted":
+            iteration = int(run.resume_state.get("iteration", 0))
+            before = lr_at(plan.schedule, iteration + 1)
+            started = plan.iterations
+            plan = refit(plan, planned, run.planned_epochs())
+            after = lr_at(plan.schedule, iteration + 1)
+            run.say(f"note: --resume with a new length: the run now plans {planned} iterations (it was "
+                    f"started for {started}); the fitted decay now ends at iteration {planned}, so the rate "
+                    f"of iteration {iteration + 1} is {after:.3g} (was {before:.3g})")
+        return plan
+    plan = make_plan(config, net, run.planned_iterations(), run.planned_epochs(), run.iterations_per_epoch())
+    if run.env.is_main:  # config.yaml: the options (read back by --config) and what they came to (not read)
+        (run.run_dir / "config.yaml").write_text(
+            yaml.safe_dump({**config.as_dict(), "plan": plan.as_dict()}, sort_keys=False))
+    return plan
+
+
 def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, device: torch.device,
-                resume_state: dict | None, say: Callable[..., None]) -> TrainState:
+                resume_state: dict | None, say: Callable[..., None], plan: Plan) -> TrainState:
     """Model (pretrained, frozen, on the device), optimizer, schedule, loss, EMA; restored on resume."""
     runtime, loss = config.runtime, config.loss
     torch.manual_seed(runtime.seed)
@@ -188,18 +246,13 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
     if runtime.channels_last:
         model.to(memory_format=torch.channels_last)
     net = spec.net
-    optimizer = build_optimizer(model, net)
-    say(f"optimizer: {net.optimizer.upper()} lr {net.learning_rate} momentum {net.momentum} "
-        f"decay {net.decay} "
-        "(from the cfg; PyTorch-YOLOv3 would use Adam when the cfg names no optimizer); "
-        f"batch {net.batch} = {net.subdivisions} x {net.batch // net.subdivisions}, burn_in {net.burn_in}, "
-        f"policy {net.policy}")
+    say(plan.description)
     amp_dtype = amp_dtype_for(device, runtime.amp)
     state = TrainState(
         model=model,
-        optimizer=optimizer,
-        schedule=Schedule.from_net(net),
-        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss, iou_thresh=loss.assign_iou_thresh,
+        optimizer=build_optimizer(model, plan.optimizer),
+        schedule=plan.schedule,
+        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss or "cfg", iou_thresh=loss.assign_iou_thresh,
                          anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
                          gains=(loss.box_gain, loss.obj_gain, loss.cls_gain),
                          label_smoothing=loss.label_smoothing or 0.0),
@@ -207,8 +260,9 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         subdivisions=net.subdivisions // env.world_size,
         world_size=env.world_size,
         frozen=frozen,
-        ema=ModelEMA(model, runtime.ema_decay, runtime.ema_ramp) if runtime.ema else None,
+        ema=ModelEMA(model, plan.ema_decay, plan.ema_ramp) if runtime.ema else None,
         scaler=torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None,
+        plan=plan,
     )
     if resume_state is not None:
         restore(state, resume_state)
@@ -221,4 +275,3 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
     return state
-
