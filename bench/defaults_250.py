@@ -10,6 +10,8 @@ The measure is per iteration: the machine's speed moves only the minutes.
 Data sets: ``trees`` (37 train / 10 val tiles, 1 class; 5 iterations per epoch: 50 epochs) and ``bccd``
 (205 / 87 photos, 3 classes, bench/bccd.py; 26 iterations per epoch: 10 epochs).
 
+``--config trees`` runs a recipe instead (its network, weights and values over the defaults).
+
 Usage::
 
     .venv/bin/python bench/defaults_250.py --data bccd --variant defaults --seed 0 [--set mosaic=0]
@@ -95,6 +97,8 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--net", action="append", default=[], metavar="KEY=VALUE",
                         help="a [net] value of the generated cfg")
+    parser.add_argument("--config", default=None,
+                        help="a recipe (e.g. trees) instead of the generated cfg and the defaults")
     parser.add_argument("--csv", default="bench/results/defaults_250.csv")
     parser.add_argument("--project", default="/tmp/defaults250")
     args = parser.parse_args()
@@ -106,7 +110,7 @@ def main() -> int:
     from turboyolo.formats.datasets import load_data_config
     from turboyolo.model.loading import read_checkpoint
     from turboyolo.model.zoo import make_spec
-    from turboyolo.train.config import TrainConfig
+    from turboyolo.train.config import TrainConfig, read_config
     from turboyolo.train.evaluation import TestOptions, test_weights
     from turboyolo.train.fit import fit
 
@@ -115,15 +119,19 @@ def main() -> int:
     changes, net = parse_pairs(args.set), parse_pairs(args.net)
     project = Path(args.project) / args.data / f"{args.variant}-s{args.seed}"
     project.mkdir(parents=True, exist_ok=True)
-    spec = make_spec(args.arch, num_classes=num_classes, batch=8, subdivisions=1)
-    if net:
-        spec = spec.with_net(**{k: tuple(v) if isinstance(v, list) else v for k, v in net.items()})
-    cfg = write_cfg(spec, project / f"{args.arch}-{num_classes}c.cfg")
-    weights = assets.fetch(args.arch)
-    epochs = args.epochs or EPOCHS.get(args.data, 30)
-    options = {"epochs": epochs, "workers": 1, "project": str(project), "name": "run", "seed": args.seed,
-               "checkpoint_interval": 0, **changes}
-    config = TrainConfig.build(str(cfg), str(data), str(weights), **options)
+    if args.config:  # a recipe: its cfg, weights, epochs and data-specific values over the defaults
+        config = TrainConfig.build(data=str(data), base=read_config(args.config), project=str(project),
+                                   name="run", seed=args.seed, **changes)
+    else:
+        spec = make_spec(args.arch, num_classes=num_classes, batch=8, subdivisions=1)
+        if net:
+            spec = spec.with_net(**{k: tuple(v) if isinstance(v, list) else v for k, v in net.items()})
+        cfg = write_cfg(spec, project / f"{args.arch}-{num_classes}c.cfg")
+        weights = assets.fetch(args.arch)
+        epochs = args.epochs or EPOCHS.get(args.data, 30)
+        options = {"epochs": epochs, "workers": 1, "project": str(project), "name": "run", "seed": args.seed,
+                   "checkpoint_interval": 0, **changes}
+        config = TrainConfig.build(str(cfg), str(data), str(weights), **options)
     torch.set_num_threads(torch.multiprocessing.cpu_count())
     started = time.perf_counter()
     result = fit(config, quiet=not os.environ.get("VERBOSE"))
@@ -147,7 +155,8 @@ def main() -> int:
     row = {
         "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
         "data": args.data, "arch": args.arch, "variant": args.variant, "seed": args.seed,
-        "changes": json.dumps({**changes, **({"net": net} if net else {})}, sort_keys=True),
+        "changes": json.dumps({**changes, **({"net": net} if net else {}),
+                               **({"config": args.config} if args.config else {})}, sort_keys=True),
         "iterations": result.iterations, "epochs": result.epochs, "train_minutes": f"{result.minutes:.2f}",
         "wall_minutes": f"{wall:.2f}", "stop_reason": result.stop_reason, "best_epoch": best_epoch,
         **{key: (f"{value.map50:.4f}" if value is not None else "") for key, value in scores.items()},
