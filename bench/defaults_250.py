@@ -55,6 +55,7 @@ def commit() -> str:
 
 
 def append_row(path: Path, row: dict) -> None:
+    """One run's row at the end of the CSV (its header first when the file is new); echoed as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     with path.open("a", newline="") as handle:
