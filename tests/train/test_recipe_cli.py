@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -112,3 +113,13 @@ def test_anchors_flag_replaces_the_cfgs(tmp_path):
     assert yolo.anchors[:2] == ((5.0, 6.0), (9.0, 9.0))
     assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--anchors", "5,6,7", "--project",
                 str(tmp_path / "runs")]) == 1
+
+
+def test_a_pretrained_name_alone_brings_its_network(tmp_path):
+    from turboyolo.errors import FlagError
+    from turboyolo.train.config import TrainConfig
+
+    assert TrainConfig.build(weights="yolov4-tiny", data="d.data").cfg == "yolov4-tiny"
+    (tmp_path / "mine.weights").write_bytes(b"")
+    with pytest.raises(FlagError, match="--model/--cfg is required .* or an architecture: yolov3, yolov3-tiny"):
+        TrainConfig.build(weights=str(tmp_path / "mine.weights"), data="d.data")

@@ -21,6 +21,7 @@ from typing import Any
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_anchor_list
+from turboyolo.model.zoo import ARCHITECTURES
 
 CACHE_CHOICES = ("none", "ram", "disk")
 AUGMENT_ON_CHOICES = ("cpu", "device")
@@ -357,9 +358,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for group in GROUPS:
             getattr(self, group).check()
+        if not self.cfg and self.weights in ARCHITECTURES and not Path(self.weights).exists():
+            self.cfg = self.weights  # `--weights yolov4-tiny` alone: its canonical network
         if not self.cfg and not self.resume:
-            raise FlagError("--model/--cfg is required (a Darknet .cfg; `turboyolo cfg` writes one), "
-                            "unless --resume names a checkpoint")
+            raise FlagError("--model/--cfg is required (a Darknet .cfg, `turboyolo cfg` writes one; or an "
+                            f"architecture: {', '.join(ARCHITECTURES)}), unless --resume names a checkpoint")
         if not self.data and not self.resume:
             raise FlagError("--data is required (a .data file or data.yaml)")
 
