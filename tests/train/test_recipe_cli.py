@@ -121,5 +121,5 @@ def test_a_pretrained_name_alone_brings_its_network(tmp_path):
 
     assert TrainConfig.build(weights="yolov4-tiny", data="d.data").cfg == "yolov4-tiny"
     (tmp_path / "mine.weights").write_bytes(b"")
-    with pytest.raises(FlagError, match="--model/--cfg is required .* or an architecture: yolov3, yolov3-tiny"):
+    with pytest.raises(FlagError, match="--cfg is required .* or an architecture: yolov3, yolov3-tiny"):
         TrainConfig.build(weights=str(tmp_path / "mine.weights"), data="d.data")
