@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.data.decode import decode_image, probe_image, target_size
-from turboyolo.data.scan import Sample
+from turboyolo.data.scan import REPORT_NAME, Sample
 from turboyolo.errors import DataError, printable
 
 CACHE_VERSION = 1
@@ -306,9 +306,10 @@ def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("t
 
     caches = {}
     for split in splits:
-        result = scan_dataset(data, split)
-        log(result.console_text())
         root = Path(out) / split if out else default_cache_root(data, split, img_size)
+        result = scan_dataset(data, split, report_path=root / REPORT_NAME)
+        log(result.console_text())
+        result.require_samples()
         cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
         log(f"{split}: {len(cache)} images -> {cache.root}")
         caches[split] = cache

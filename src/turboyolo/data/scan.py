@@ -16,7 +16,9 @@ The cache (``$TURBOYOLO_CACHE/scans/*.json``) is keyed per file by path, size an
 data set scans instantly and a changed file is re-checked alone. It is plain JSON (labels as base64
 float32), never pickle: a planted cache file can at worst make the scan re-check files, never run code.
 
-:func:`write_scan_report` writes every split's report into a run directory (``scan_report.txt``).
+Every scan writes its report (every excluded, fixed and warned file with its reason) to a file it names
+(``ScanResult.report``); :func:`write_scan_report` writes every split's report into a run directory
+(``scan_report.txt``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -77,6 +80,7 @@ class ScanResult:
     model_made: int = 0  # label files written by `turboyolo label` and not edited since
     split: str = ""
     source: str = ""
+    report: Path | None = None  # where the full report was written (every file with its reason)
 
     @property
     def labelled(self) -> int:
@@ -112,23 +116,32 @@ class ScanResult:
         return "\n".join(lines) + "\n"
 
     def console_text(self, limit: int = 10, report: str | Path | None = None) -> str:
-        """The summary line, then the first ``limit`` excluded files with their reasons and warnings
-        (and where the rest are: ``report``), for the console."""
+        """The summary line, then the first ``limit`` excluded and fixed files with their reasons and the
+        warnings, and where the rest are (``report``, else the scan's own report file), for the console."""
         lines = [self.summary()]
         shown = [f"  excluded {printable(path)}: {printable(reason)}" for path, reason in self.excluded]
+        shown += [f"  fixed {printable(path)}: {printable(reason)}" for path, reason in self.fixed]
         shown += [f"  warning: {printable(w)}" for w in self.warnings]
         lines += shown[:limit]
+        report = report or self.report
         if len(shown) > limit:
-            where = f" in {printable(report)}" if report else " in the scan report"
-            lines.append(f"  ... and {len(shown) - limit} more{where}")
+            lines.append(f"  and {len(shown) - limit} more, see {printable(report or 'the scan report')}")
         return "\n".join(lines)
+
+    def require_samples(self, limit: int = 5) -> ScanResult:
+        """``self`` when at least one image is usable; else a :class:`DataError` naming the split, the
+        first ``limit`` files with their reasons and the report that lists them all."""
+        if self.samples:
+            return self
+        named = "".join(f"\n  {printable(path)}: {printable(why)}" for path, why in self.excluded[:limit])
+        more = f"\n  and {len(self.excluded) - limit} more" if len(self.excluded) > limit else ""
+        where = f"; every file with its reason: {printable(self.report)}" if self.report else ""
+        raise DataError(f"{printable(self.source)}: no usable image in the {self.split} split: "
+                        f"{self.found} listed, {len(self.excluded)} excluded{where}{named}{more}")
 
     def write_report(self, path: str | Path) -> Path:
         """Write the full report (every excluded/fixed file with its reason) and return its path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.report_text(), encoding="utf-8", errors="backslashreplace")
-        return path
+        return _write_text(Path(path), self.report_text())
 
 
 def write_scan_report(run_dir: str | Path, scans: Sequence[ScanResult],
@@ -143,9 +156,14 @@ def write_scan_report(run_dir: str | Path, scans: Sequence[ScanResult],
     lines = [f"failed to load after the scan ({len(failures)}):"]
     lines += [f"  {printable(file)}: {printable(reason)}" for file, reason in failures.items()]
     parts.append("\n".join(lines) + "\n")
+    return _write_text(path, "\n".join(parts))
+
+
+def _write_text(path: Path, text: str) -> Path:
+    """Write a report whole or not at all (temporary file + rename: two runs never interleave)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8", errors="backslashreplace")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
     return path
 
@@ -322,7 +340,8 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
         names: class names overriding the data set's (required when it has none and labels exist).
         workers: threads for the checks (default 2 x CPUs).
         use_cache: reuse/update the scan cache keyed by path, size and mtime.
-        report_path: when given, write the report there.
+        report_path: where to write the full report (``result.report``); default: beside the scan
+            cache, ``$TURBOYOLO_CACHE/scans/<data>-<split>-<hash>.txt``.
 
     Returns:
         :class:`ScanResult` with the usable samples; ``summary()`` is the one-line summary.
@@ -342,6 +361,8 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     cache_path = _cache_file(data_path, split) if use_cache else None
     result = scan_images(images, names, workers=workers, cache_path=cache_path, split=split,
                          source=str(data_path), notes=notes)
-    if report_path is not None:
-        result.write_report(report_path)
+    try:
+        result.report = result.write_report(report_path or _cache_file(data_path, split).with_suffix(".txt"))
+    except OSError:
+        pass  # a read-only cache folder: the console still names the first files
     return result
