@@ -128,6 +128,21 @@ def link_loop(root: Path) -> Path:
     return root
 
 
+def file_link_loops(root: Path) -> list[str]:
+    """Links among ``root``'s images that are not images of their own: ``self.jpg -> self.jpg``, a pair
+    ``ping.jpg <-> pong.jpg``, ``alias.jpg`` -> a real image, ``gone.jpg`` -> nothing, and a folder
+    linking to itself (``again -> .``). Returns their names (what the walk must name and not count)."""
+    root.mkdir(parents=True, exist_ok=True)
+    real = sorted(p.name for p in root.iterdir() if p.suffix == ".jpg")
+    os.symlink("self.jpg", root / "self.jpg")
+    os.symlink("pong.jpg", root / "ping.jpg")
+    os.symlink("ping.jpg", root / "pong.jpg")
+    os.symlink(real[0], root / "alias.jpg")
+    os.symlink("missing.jpg", root / "gone.jpg")
+    os.symlink(".", root / "again")
+    return ["self.jpg", "ping.jpg", "pong.jpg", "alias.jpg", "gone.jpg", "again"]
+
+
 class Planted:
     """A pickle payload that creates ``marker`` when unpickled (what a planted cache file would do)."""
 

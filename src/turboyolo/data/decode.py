@@ -17,6 +17,7 @@ and the fix.
 
 from __future__ import annotations
 
+import errno
 import io
 import re
 from collections.abc import Iterator
@@ -136,6 +137,8 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
     except IsADirectoryError:
         raise DataError(f"{path}: a folder where an image was expected; fix the list file") from None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise DataError(f"{path}: a link that loops back on itself; fix or remove the link") from None
         raise DataError(f"{path}: image unreadable ({err.strerror or err}); check its permissions") from None
     if not head:
         raise DataError(f"{path}: zero-byte image file; re-export or remove it")
