@@ -2,9 +2,11 @@
 
 Rules (each excluded or fixed file is listed with its reason in the report):
 - missing or empty label file: background image (kept, counted);
-- label line with a class id outside the names, NaN/inf, != 5 columns, commas, width/height <= 0:
-  image excluded;
-- box corners up to 0.01 outside [0, 1]: clipped (fixed); further out: excluded;
+- each label line is judged on its own, and every bad one is named with its line number and reason:
+  a class id outside the names (or not a whole number), NaN/inf, not a number, != 5 columns, commas,
+  width/height <= 0, box corners more than 0.01 outside [0, 1]: the line cannot be used, and its image
+  is excluded (dropping only the line would train its object as background); the lines are counted;
+- box corners up to 0.01 outside [0, 1]: clipped (fixed, by line);
 - duplicate boxes: removed (fixed);
 - unreadable, truncated, damaged (bad PNG CRC, garbage in a JPEG's image data), zero-byte or too large
   (a decompression bomb) image: excluded (the checks of :func:`turboyolo.data.decode.probe_image`, the
@@ -41,7 +43,7 @@ from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import label_path_disagreement, label_path_for, list_images, load_data_config
 from turboyolo.formats.labels import parse_yolo_labels
 
-SCAN_VERSION = 2  # 2: JSON cache (1 was pickle, never read again)
+SCAN_VERSION = 3  # 3: every bad label line named and counted; 2: JSON cache (1 was pickle, never read again)
 CACHE_FORMAT = "turboyolo-scan-cache"
 REPORT_NAME = "scan_report.txt"
 
@@ -78,6 +80,7 @@ class ScanResult:
     background: int = 0
     cached: int = 0
     model_made: int = 0  # label files written by `turboyolo label` and not edited since
+    bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
     source: str = ""
     report: Path | None = None  # where the full report was written (every file with its reason)
@@ -93,7 +96,8 @@ class ScanResult:
     def summary(self) -> str:
         """One line: images found, labelled, background, excluded, fixed (and boxes, warnings)."""
         line = (f"scan {self.split}: {self.found} images found, {self.labelled} labelled "
-                f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded, "
+                f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded"
+                f"{f' ({self.bad_label_lines} bad label lines)' if self.bad_label_lines else ''}, "
                 f"{len(self.fixed)} fixed")
         if self.model_made:
             line += f", {self.model_made} label files model-made (not yet reviewed)"
@@ -190,6 +194,7 @@ class _Entry:
     hw: tuple[int, int] | None = None
     fixes: list[str] = field(default_factory=list)
     warning: str | None = None
+    bad_lines: int = 0
 
 
 def _check_one(image: Path, num_classes: int | None) -> _Entry:
@@ -208,7 +213,8 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
         return _Entry(key, "excluded", f"label file {label} unreadable ({err.strerror})")
     check = parse_yolo_labels(text, num_classes)
     if check.error:
-        return _Entry(key, "excluded", f"label {label}: {check.error}", warning=warning)
+        return _Entry(key, "excluded", f"label {label}: {check.error}", warning=warning,
+                      bad_lines=check.bad_lines)
     return _Entry(key, "ok", labels=check.rows, hw=(h, w), fixes=[f"label {label}: {f}" for f in check.fixes],
                   warning=warning)
 
@@ -227,7 +233,7 @@ def _entry_to_json(entry: _Entry) -> dict:
         labels = base64.b64encode(np.ascontiguousarray(entry.labels, "<f4").tobytes()).decode("ascii")
     return {"key": entry.key, "status": entry.status, "reason": entry.reason, "labels": labels,
             "hw": list(entry.hw) if entry.hw is not None else None, "fixes": entry.fixes,
-            "warning": entry.warning}
+            "warning": entry.warning, "bad_lines": entry.bad_lines}
 
 
 def _entry_from_json(item: dict) -> _Entry:
@@ -247,7 +253,8 @@ def _entry_from_json(item: dict) -> _Entry:
         raise ValueError("fixes")
     if warning is not None and not isinstance(warning, str):
         raise ValueError("warning")
-    return _Entry(list(item["key"]), status, str(item["reason"]), labels, hw, fixes, warning)
+    return _Entry(list(item["key"]), status, str(item["reason"]), labels, hw, fixes, warning,
+                  int(item["bad_lines"]))
 
 
 def _load_cache(path: Path) -> dict[str, _Entry]:
@@ -319,6 +326,7 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
             result.warnings.append(entry.warning)
         if entry.status != "ok":
             result.excluded.append((str(image), entry.reason))
+            result.bad_label_lines += entry.bad_lines
             continue
         for fix in entry.fixes:
             result.fixed.append((str(image), fix))
