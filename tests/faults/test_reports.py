@@ -37,7 +37,7 @@ def test_train_names_every_excluded_and_fixed_file(tmp_path, cli):
     run = cli(*_train_args(micro_cfg(tmp_path / "m.cfg", batch=2), data, tmp_path / "runs"))
     run.assert_clean(0)
     report_path = tmp_path / "runs" / "exp" / "scan_report.txt"
-    assert "11 excluded, 2 fixed" in run.output
+    assert "11 excluded (5 bad label lines), 2 fixed" in run.output
     assert f"and 3 more, see {report_path}" in run.output  # 13 named: 10 here, the rest in the report
     console = re.findall(r"^  (?:excluded|fixed) .*$", run.output, re.M)
     assert len(console) == 10 and all(": " in line for line in console)
