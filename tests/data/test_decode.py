@@ -1,5 +1,7 @@
 """Decode: reduced-size JPEG, every mode to RGB uint8, EXIF orientation, errors name the file."""
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -115,3 +117,63 @@ def test_save_image_takes_any_file_name(tmp_path):
     assert load_image(path).shape == (20, 30, 3)
     with pytest.raises(DataError, match="cannot encode"):
         save_image(tmp_path / "x.unknownformat", _gradient(4, 4))
+
+
+def _pillow_decode(path, target=None):
+    """What decode_image gave before the strict JPEG path: Pillow alone (its draft for ``target``)."""
+    import turboyolo.data.decode as decode
+
+    original = decode._strict_jpeg
+    decode._strict_jpeg = lambda *args: None
+    try:
+        return decode_image(path, target)
+    finally:
+        decode._strict_jpeg = original
+
+
+def _jpeg_variants(folder):
+    from faults.hostile import smooth_rgb
+
+    rgb = np.ascontiguousarray(np.tile(smooth_rgb(120, 160), (2, 2, 1)))
+    image = Image.fromarray(rgb)
+    image.save(folder / "baseline.jpg", quality=90)
+    image.save(folder / "progressive.jpg", quality=85, progressive=True)
+    image.save(folder / "s444.jpg", quality=95, subsampling=0)
+    image.convert("L").save(folder / "gray.jpg")
+    image.convert("CMYK").save(folder / "cmyk.jpg")
+    image.crop((0, 0, 11, 7)).save(folder / "tiny.jpg")
+    exif = image.getexif()
+    exif[0x0112] = 6
+    image.save(folder / "rotated.jpg", exif=exif)
+    darknet = sorted(Path("/usr/share/darknet/data").glob("*.jpg"))  # real photos, where installed
+    return sorted(folder.glob("*.jpg")) + darknet
+
+
+def test_strict_jpeg_decode_gives_pillows_pixels(tmp_path):
+    for path in _jpeg_variants(tmp_path):
+        probe_image(path)  # valid photos are never refused
+        for target in (None, 1000, 416, 100, 9):
+            strict, size = decode_image(path, target)
+            reference, reference_size = _pillow_decode(path, target)
+            assert size == reference_size and np.array_equal(strict, reference), (path.name, target)
+
+
+@pytest.mark.parametrize("maker", ["entropy_damaged_jpeg", "zeroed_jpeg"])
+def test_damaged_jpeg_image_data_is_refused_by_the_scan_and_every_decode(tmp_path, maker):
+    import faults.hostile as hostile
+
+    path = getattr(hostile, maker)(tmp_path / "damaged.jpg")
+    _pillow_decode(path)  # Pillow decodes it without a word: markers and structure are intact
+    for check in (probe_image, decode_image, lambda p: decode_image(p, 32)):
+        with pytest.raises(DataError, match="damaged.jpg: corrupt JPEG: the image data does not decode "
+                                            "cleanly .libjpeg: Corrupt JPEG data"):
+            check(path)
+
+
+def test_a_stray_byte_before_the_end_marker_is_harmless(tmp_path):
+    from faults.hostile import good_jpeg
+
+    data = good_jpeg(tmp_path / "ok.jpg").read_bytes()
+    (tmp_path / "stray.jpg").write_bytes(data[:-2] + b"\x00" + data[-2:])  # some encoders write one
+    probe_image(tmp_path / "stray.jpg")
+    assert np.array_equal(decode_image(tmp_path / "stray.jpg")[0], decode_image(tmp_path / "ok.jpg")[0])

@@ -147,7 +147,7 @@ def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     console = train.console_text(limit=3, report=path)
     lines = console.splitlines()
     assert lines[0] == train.summary() and len(lines) == 5 and str(path) in lines[-1]
-    assert "... and 4 more" in lines[-1]
+    assert f"and {len(train.excluded) + len(train.fixed) + len(train.warnings) - 3} more, see" in lines[-1]
     console.encode("utf-8")  # printable whatever the file names hold
 
 

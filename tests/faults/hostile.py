@@ -73,6 +73,22 @@ def mid_corrupt_jpeg(path: Path, seed: int = 3) -> Path:
     return path
 
 
+def entropy_damaged_jpeg(path: Path, seed: int = 5, zeros: bool = False) -> Path:
+    """Every marker intact, 120 bytes in the middle of the image data replaced by random bytes without
+    an ``FF`` (or by zeros): no structure check sees it, libjpeg only warns and decodes smeared blocks."""
+    data = bytearray(good_jpeg(path, 96, 128).read_bytes())
+    start = data.index(b"\xff\xda") + 20
+    middle = (start + len(data) - 2) // 2
+    garbage = np.random.default_rng(seed).integers(0, 255, 120, dtype=np.uint8).tobytes()  # never FF
+    data[middle - 60 : middle + 60] = bytes(120) if zeros else garbage
+    path.write_bytes(bytes(data))
+    return path
+
+
+def zeroed_jpeg(path: Path) -> Path:
+    return entropy_damaged_jpeg(path, zeros=True)
+
+
 def bad_crc_png(path: Path) -> Path:
     """A PNG whose pixels decode fine but whose IDAT CRC is wrong (Pillow draws it without a word)."""
     data = bytearray(good_png(path).read_bytes())
@@ -101,6 +117,8 @@ HOSTILE_IMAGES = {
     "bomb.png": (bomb_png, ("decompression bomb",)),
     "truncated.jpg": (truncated_jpeg, ("truncated",)),
     "midcorrupt.jpg": (mid_corrupt_jpeg, ("corrupt",)),
+    "entropy.jpg": (entropy_damaged_jpeg, ("corrupt JPEG: the image data does not decode cleanly",)),
+    "zeroed.jpg": (zeroed_jpeg, ("corrupt JPEG: the image data does not decode cleanly",)),
     "badcrc.png": (bad_crc_png, ("CRC",)),
     "zero.jpg": (zero_byte, ("zero-byte",)),
     "text.jpg": (text_as_jpeg, ("not a readable image",)),
@@ -126,6 +144,21 @@ def link_loop(root: Path) -> Path:
     os.symlink("..", root / "a" / "b" / "up")
     os.symlink("../a", root / "a" / "self")
     return root
+
+
+def file_link_loops(root: Path) -> list[str]:
+    """Links among ``root``'s images that are not images of their own: ``self.jpg -> self.jpg``, a pair
+    ``ping.jpg <-> pong.jpg``, ``alias.jpg`` -> a real image, ``gone.jpg`` -> nothing, and a folder
+    linking to itself (``again -> .``). Returns their names (what the walk must name and not count)."""
+    root.mkdir(parents=True, exist_ok=True)
+    real = sorted(p.name for p in root.iterdir() if p.suffix == ".jpg")
+    os.symlink("self.jpg", root / "self.jpg")
+    os.symlink("pong.jpg", root / "ping.jpg")
+    os.symlink("ping.jpg", root / "pong.jpg")
+    os.symlink(real[0], root / "alias.jpg")
+    os.symlink("missing.jpg", root / "gone.jpg")
+    os.symlink(".", root / "again")
+    return ["self.jpg", "ping.jpg", "pong.jpg", "alias.jpg", "gone.jpg", "again"]
 
 
 class Planted:

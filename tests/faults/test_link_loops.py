@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.hostile import good_jpeg, link_loop, make_split
+from faults.hostile import file_link_loops, good_jpeg, link_loop, make_split
 
 
 # a fresh process (about 10 s of imports on 2 busy cores), so a regression cannot hang pytest
@@ -32,3 +32,33 @@ def test_scan_of_a_folder_with_a_link_loop_ends_and_says_so(tmp_path, cli):
     run.assert_clean(0)
     assert "3 images found" in run.output and "2 warnings" in run.output
     assert "a/b/up: links to a folder already listed; not followed again" in run.output
+
+
+def _eight_images_and_link_loops(root):
+    for i in range(8):
+        good_jpeg(root / ("sub" if i % 2 else "") / f"img{i}.jpg", seed=i)
+    return file_link_loops(root)
+
+
+def test_scan_counts_real_images_once_and_names_every_link_loop(tmp_path, cli):
+    root = tmp_path / "set"
+    links = _eight_images_and_link_loops(root)
+    run = cli("prepare", "--data", root, "--split", "train", "--img-size", 64, "--out", tmp_path / "prep",
+              "--workers", 1)
+    run.assert_clean(0)
+    assert "8 images found" in run.output and "0 excluded" in run.output  # was 12 found, 3 excluded
+    report = run.output + (tmp_path / "prep" / "train" / "scan_report.txt").read_text(encoding="utf-8")
+    for name in links:
+        assert f"{root / name}: " in report, name
+    assert "loops back on itself" in report and "already listed" in report and "does not exist" in report
+
+
+def test_detect_of_a_folder_and_a_glob_with_link_loops_ends_cleanly(tmp_path, cli, tiny_model):
+    cfg, weights, names, _ = tiny_model
+    root = tmp_path / "set"
+    _eight_images_and_link_loops(root)
+    for name, source in (("f", root), ("g", f"{root}/**/*.jpg")):  # both ended in RuntimeError: Symlink loop
+        run = cli("detect", source, "--cfg", cfg, "--weights", weights, "--no-draw",
+                  "--project", tmp_path / "runs", "--name", name)
+        run.assert_clean(0)
+        assert "8 images" in run.output and "self.jpg: a link that loops back on itself" in run.output

@@ -115,3 +115,18 @@ def test_convert_coco(tmp_path):
     np.testing.assert_allclose(rows, [[1, 0.2, 0.2, 0.2, 0.2]], atol=1e-6)
     assert (tmp_path / "out" / "b.txt").read_text() == ""
     assert len(report.skipped) == 2
+
+
+def test_every_bad_line_is_named_with_its_reason():
+    text = ("0 0.5 0.5 0.2 0.2\n7 0.5 0.5 0.1 0.1\n\n0 nan 0.5 0.1 0.1\n0 0.5 0.5 0 0.1\n0 1.5 0.5 0.1 0.1\n"
+            "0 0.5 x 0.1 0.1\n0 0.5 0.5 1.004 0.2\n")
+    check = parse_yolo_labels(text, num_classes=2)
+    assert check.bad_lines == 5 and check.rows.shape == (0, 5)
+    for fragment in ("5 bad lines", "line 2: class id 7 out of range (names has 2)",
+                     "line 4: NaN or inf", "line 5: width/height <= 0", "line 6: box extends 0.550 outside",
+                     "line 7: not a number"):
+        assert fragment in check.error, fragment
+    assert "line 1" not in check.error and "line 8" not in check.error  # good, and clippable
+    fixed = parse_yolo_labels("0 0.5 0.5 0.2 0.2\n0 0.5 0.5 1.004 0.2\n0 0.5 0.5 0.2 0.2\n", num_classes=2)
+    assert fixed.fixes == ["line 2: box clipped to the image (up to 0.0020 outside)",
+                           "line 3: duplicate box removed"]

@@ -114,8 +114,9 @@ def test_non_finite_loss_names_iteration_and_checkpoint(tmp_path):
     )
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
     bad = torch.tensor([[0, 0, 0.5, 0.5, float("nan"), 0.2]])
-    with pytest.raises(NonFiniteLoss, match=r"iteration 1 .*runs/x/weights/last.pt"):
-        list(train_one_epoch(state, [(images, bad, None)], 1, StepOptions(log_interval=1)))
+    state.last_checkpoint_iteration = 0
+    with pytest.raises(NonFiniteLoss, match=r"iteration 3 .*box is nan.*weights/last.pt \(iteration 0\)"):
+        list(train_one_epoch(state, [(images, bad, None)] * 3, 3, StepOptions(log_interval=1)))
 
 
 def test_ratio_assignment_and_iou_objectness(tmp_path):

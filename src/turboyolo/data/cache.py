@@ -3,8 +3,12 @@
 On disk it is one flat file ``images.u8`` (memory-mapped, so forked loader workers share the page
 cache) plus ``index.json`` written last (its presence means the build finished). The index records,
 per image, the byte offset, stored (h, w), original (h, w), the source file's path, size and mtime,
-and a CRC-32 of the stored pixels; and the prepare parameters. Opening checks the parameters and
-every source key (stale -> rebuild) and, by default, the CRCs (corrupt -> rebuild).
+and a CRC-32 of the stored pixels; and the prepare parameters. Opening checks the parameters, every
+source key (stale -> rebuild), the layout (offsets and sizes; an index that does not describe the data
+-> rebuild) and, by default, every entry's CRC: an entry whose pixels were damaged on disk is decoded
+again from its source image into its slot, with a warning naming it, so training never reads corrupted
+pixels. Opening, repairing and building hold a lock file beside the cache: two processes preparing the
+same cache at once end with one valid cache that both use (the second waits, then opens it).
 ``memory="ram"`` builds the same thing in an anonymous array (the training command's ``--cache ram``).
 """
 
@@ -16,15 +20,16 @@ import mmap
 import os
 import shutil
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from turboyolo.data.decode import decode_image, probe_image, target_size
-from turboyolo.data.scan import Sample
+from turboyolo.data.scan import REPORT_NAME, Sample
 from turboyolo.errors import DataError, printable
 
 CACHE_VERSION = 1
@@ -84,6 +89,7 @@ class PreparedCache:
 
     def __init__(self, root: Path | None, size: int, entries: list[CacheEntry], data: np.ndarray):
         self.root, self.size, self.entries, self.data = root, size, entries, data
+        self.damaged: list[int] = []  # entries whose pixels do not match their CRC (found by open)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -135,14 +141,33 @@ class PreparedCache:
             if entry.path != str(sample.image) or key != (entry.file_size, entry.mtime_ns):
                 return None, f"stale: {sample.image} changed since the cache was built"
         if data_path.stat().st_size != index.get("total_bytes"):
-            return None, "corrupt: data file has the wrong size"
-        data = np.memmap(data_path, dtype=np.uint8, mode="r")
+            return None, "corrupt: the data file has the wrong size (truncated or overwritten)"
+        layout = _layout_problem(entries, samples, size, int(index["total_bytes"]))
+        if layout:
+            return None, f"corrupt index: {layout}"
+        cache = cls(root, size, entries, np.memmap(data_path, dtype=np.uint8, mode="r"))
         if verify:
-            for entry in entries:
-                h, w = entry.hw
-                if not entry.error and zlib.crc32(data[entry.offset:entry.offset + h * w * 3]) != entry.crc:
-                    return None, f"corrupt: pixels of {entry.path} do not match their checksum"
-        return cls(root, size, entries, data), "ok"
+            cache.damaged = [i for i, e in enumerate(entries) if not e.error and cache._crc(i) != e.crc]
+        return cache, "ok"
+
+    def _crc(self, index: int) -> int:
+        entry = self.entries[index]
+        h, w = entry.hw
+        return zlib.crc32(self.data[entry.offset:entry.offset + h * w * 3])
+
+    def repair(self) -> None:
+        """Decode the :attr:`damaged` entries again from their source images, into their own slots."""
+        data = np.memmap(self.root / "images.u8", dtype=np.uint8, mode="r+")
+        for index in self.damaged:
+            entry = self.entries[index]
+            orig_hw, entry.crc, entry.error = _decode_into((None, len(data), (entry.path, self.size,
+                                                                              entry.offset, entry.hw)), data)
+            entry.orig_hw = orig_hw
+        data.flush()
+        del data
+        _write_index(self.root, self.size, self.entries, int(self.data.size))
+        self.data = np.memmap(self.root / "images.u8", dtype=np.uint8, mode="r")
+        self.damaged = []
 
     @classmethod
     def build(cls, root: Path | None, samples: Sequence[Sample], size: int, workers: int | None = None
@@ -159,7 +184,7 @@ class PreparedCache:
         else:
             root.mkdir(parents=True, exist_ok=True)
             (root / "index.json").unlink(missing_ok=True)  # invalid until the build completes
-            target = root / "images.u8.part"
+            target = root / f"images.u8.{os.getpid()}.part"
             with open(target, "wb") as handle:
                 handle.truncate(total)
             data = np.memmap(target, dtype=np.uint8, mode="r+", shape=(total,))
@@ -191,12 +216,52 @@ class PreparedCache:
         data.flush()
         del data
         os.replace(target, root / "images.u8")
-        index = {"params": cls._params(size), "total_bytes": total,
-                 "entries": [vars(e) | {"hw": list(e.hw), "orig_hw": list(e.orig_hw)} for e in entries]}
-        tmp = root / "index.json.part"
-        tmp.write_text(json.dumps(index), encoding="utf-8")
-        os.replace(tmp, root / "index.json")
+        _write_index(root, size, entries, total)
         return cls(root, size, entries, np.memmap(root / "images.u8", dtype=np.uint8, mode="r"))
+
+
+def _write_index(root: Path, size: int, entries: list[CacheEntry], total: int) -> None:
+    """``index.json``, written last and atomically: its presence means the data file is complete."""
+    index = {"params": PreparedCache._params(size), "total_bytes": total,
+             "entries": [vars(e) | {"hw": list(e.hw), "orig_hw": list(e.orig_hw)} for e in entries]}
+    tmp = root / f"index.json.{os.getpid()}.part"
+    tmp.write_text(json.dumps(index), encoding="utf-8")
+    os.replace(tmp, root / "index.json")
+
+
+def _layout_problem(entries: list[CacheEntry], samples: Sequence[Sample], size: int, total: int
+                    ) -> str | None:
+    """What is wrong with the index's layout: each entry's slot must be where the build put it (one after
+    the other, sized for the sample's planned (h, w)), so no repair can write over another image."""
+    offset = 0
+    for entry, sample in zip(entries, samples, strict=True):
+        plan = _planned_hw(sample, size)
+        if entry.offset != offset or (not entry.error and tuple(entry.hw) != plan):
+            return f"the entry of {entry.path} does not describe its slot"
+        offset += plan[0] * plan[1] * 3
+    return None if offset == total else "the entries do not cover the data file"
+
+
+@contextmanager
+def _building(root: Path, log) -> Iterator[None]:
+    """Held while the cache at ``root`` is opened, repaired or built (a lock file beside it): a second
+    process preparing the same cache waits, then opens the cache the first one built."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "a+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"prepared cache {root}: another process is preparing it; waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 _RAM_TARGET: np.ndarray | None = None
@@ -252,22 +317,40 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
                   workers: int | None = None, verify: bool = True, log=print) -> PreparedCache:
     """Open the valid cache at ``root`` or (re)build it; ``memory="ram"`` builds in RAM instead.
 
-    The size is estimated and printed first; when free RAM or disk cannot hold it, refuse.
+    Entries whose pixels fail their checksum are decoded again (a warning names them); an index that
+    cannot be read or does not describe the data means a rebuild (a warning says why). Another process
+    preparing the same ``root`` is waited for. Before a build the size is estimated and printed; when
+    free RAM or disk cannot hold it, refuse.
 
     Raises:
         DataError: not enough space (with the numbers), or ``root`` missing for a disk cache.
     """
     if memory not in ("disk", "ram"):
         raise DataError(f"--cache {memory!r}: use ram or disk")
-    if memory == "disk":
-        if root is None:
-            raise DataError("a disk cache needs a folder (default_cache_root gives one)")
+    if memory == "ram":
+        return _build(samples, size, None, "ram", workers, log)
+    if root is None:
+        raise DataError("a disk cache needs a folder (default_cache_root gives one)")
+    with _building(root, log):
         cache, why = PreparedCache.open(root, samples, size, verify=verify)
-        if cache is not None:
-            log(f"prepared cache {root}: {len(cache)} images, {human_bytes(cache.nbytes)}, valid")
-            return cache
-        if why != "no cache yet":
-            log(f"prepared cache {root}: {why}; rebuilding")
+        if cache is None:
+            if why != "no cache yet":
+                log(f"warning: prepared cache {root}: {why}; rebuilding it from the source images")
+            return _build(samples, size, root, "disk", workers, log)
+        if cache.damaged:
+            named = ", ".join(printable(cache.entries[i].path) for i in cache.damaged[:10])
+            more = f" and {len(cache.damaged) - 10} more" if len(cache.damaged) > 10 else ""
+            log(f"warning: prepared cache {root}: the stored pixels of {len(cache.damaged)} image(s) do not "
+                f"match their checksums (damaged on disk); decoding them again from the source images: "
+                f"{named}{more}")
+            cache.repair()
+        log(f"prepared cache {root}: {len(cache)} images, {human_bytes(cache.nbytes)}, valid")
+        return cache
+
+
+def _build(samples: Sequence[Sample], size: int, root: Path | None, memory: str, workers: int | None,
+           log) -> PreparedCache:
+    """Build a cache after checking that RAM or disk can hold it."""
     need = estimate_bytes(samples, size)
     where = root if root is not None else Path.cwd()
     free = available_bytes(memory, where)
@@ -276,7 +359,7 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
     if need > HEADROOM * free:
         raise DataError(f"the prepared cache needs {human_bytes(need)} but only {human_bytes(free)} of "
                         f"{memory} is free; use a smaller --img-size, the other --cache kind, or free space")
-    cache = PreparedCache.build(root if memory == "disk" else None, samples, size, workers)
+    cache = PreparedCache.build(root, samples, size, workers)
     if cache.failed:
         log(f"prepared cache: {len(cache.failed)} image(s) failed to decode; training replaces them, "
             "evaluation leaves them out:")
@@ -306,9 +389,10 @@ def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("t
 
     caches = {}
     for split in splits:
-        result = scan_dataset(data, split)
-        log(result.console_text())
         root = Path(out) / split if out else default_cache_root(data, split, img_size)
+        result = scan_dataset(data, split, report_path=root / REPORT_NAME)
+        log(result.console_text())
+        result.require_samples()
         cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
         log(f"{split}: {len(cache)} images -> {cache.root}")
         caches[split] = cache

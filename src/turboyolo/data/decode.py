@@ -9,7 +9,10 @@ enlarging). Everything after this works on target-sized images.
 Every image read in the package goes through here, with one set of checks (:func:`probe_image` for
 the scan, :func:`decode_image` for the loader, the prepared cache, detect, label and the API): the file
 is read once; JPEG and PNG files must pass the structure checks of :mod:`turboyolo.formats.images`
-(a PNG with a bad CRC, a JPEG with garbage in its image data, a truncated file); an image that declares
+(a PNG with a bad CRC, a JPEG with garbage in its image data, a truncated file); a JPEG's image data
+is decoded by libjpeg-turbo with its warnings as errors (simplejpeg; Pillow's decoder, the same library,
+silences them), so damaged entropy-coded data is refused (the scan decodes it at 1/8 scale, the entropy
+decode being most of the cost), with the pixels Pillow would give; an image that declares
 more pixels than :func:`pixel_limit` is refused before anything is allocated (a decompression bomb: a
 small PNG that declares 30000 x 30000). Each failure is a :class:`DataError` naming the file, the reason
 and the fix.
@@ -17,6 +20,7 @@ and the fix.
 
 from __future__ import annotations
 
+import errno
 import io
 import re
 from collections.abc import Iterator
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import simplejpeg
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from turboyolo.errors import DataError
@@ -36,6 +41,12 @@ _PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFErro
 
 EXIF_ORIENTATION = 0x0112
 _JPEG_FORMATS = ("JPEG", "MPO")
+# libjpeg's warnings about a JPEG's image data: each means that part of the picture decodes as garbage
+# (the decoder lost its place in the entropy-coded data, or the data ends early).
+_DAMAGE = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent progression sequence")
+# Harmless ones: a damaged ICC profile (colour metadata, the pixels decode whole), and a stray byte
+# after the last block before the end marker, which some encoders write.
+_HARMLESS = re.compile(r"bad ICC marker|: 1 extraneous bytes before marker 0xd9")
 
 
 def _orientation(img: Image.Image) -> int:
@@ -136,6 +147,8 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
     except IsADirectoryError:
         raise DataError(f"{path}: a folder where an image was expected; fix the list file") from None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise DataError(f"{path}: a link that loops back on itself; fix or remove the link") from None
         raise DataError(f"{path}: image unreadable ({err.strerror or err}); check its permissions") from None
     if not head:
         raise DataError(f"{path}: zero-byte image file; re-export or remove it")
@@ -216,21 +229,74 @@ def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarra
         # Pillow finds a PNG's eXIf chunk after the pixels only once they are decoded: read it after load().
         orientation = _orientation(img) if img.format != "PNG" else 1
         width, height = img.size
-        if target is not None and img.format in _JPEG_FORMATS and img.mode in ("RGB", "L", "CMYK"):
-            scale = target / max(width, height)
-            if scale < 1:
-                request = (max(1, int(np.ceil(width * scale))), max(1, int(np.ceil(height * scale))))
+        array = _strict_jpeg(path, data, img, target) if img.format in _JPEG_FORMATS else None
+        if array is None:
+            request = _draft_request(img, target)
+            if request is not None:
                 img.draft(img.mode, request)
-        img.load()
-        if img.format == "PNG":
-            orientation = _orientation(img)
-        array = _to_rgb_uint8(img)
+            img.load()
+            if img.format == "PNG":
+                orientation = _orientation(img)
+            array = _to_rgb_uint8(img)
     if target is not None:
         out_w, out_h = target_size(width, height, target)
         array = _resize(array, out_w, out_h)
     array = apply_orientation(array, orientation)
     orig_w, orig_h = oriented_size(width, height, orientation)
     return np.ascontiguousarray(array), (orig_h, orig_w)
+
+
+def _draft_request(img: Image.Image, target: int | None) -> tuple[int, int] | None:
+    """The size to ask Pillow's JPEG ``draft`` for (a reduced decode), or None for a full decode."""
+    if target is None or img.format not in _JPEG_FORMATS or img.mode not in ("RGB", "L", "CMYK"):
+        return None
+    width, height = img.size
+    scale = target / max(width, height)
+    if scale >= 1:
+        return None
+    return max(1, int(np.ceil(width * scale))), max(1, int(np.ceil(height * scale)))
+
+
+def _draft_scale(img: Image.Image, target: int | None) -> int:
+    """The 1/scale Pillow's ``draft`` picks for :func:`_draft_request` (1, 2, 4 or 8)."""
+    request = _draft_request(img, target)
+    if request is None:
+        return 1
+    ratio = min(img.size[0] // request[0], img.size[1] // request[1])
+    return next(scale for scale in (8, 4, 2, 1) if ratio >= scale)
+
+
+def _strict_jpeg(path: Path, data: bytes, img: Image.Image, target: int | None) -> np.ndarray | None:
+    """A JPEG decoded by libjpeg-turbo that treats a warning about damaged image data as an error.
+
+    Pillow's decoder (the same library) silences libjpeg's warnings, so a JPEG whose entropy-coded data
+    is damaged decodes to smeared blocks without a word. Here the same pixels come from the same scaled
+    decode Pillow would make (1/2, 1/4 or 1/8 for ``target``, default quality settings), or a
+    :class:`DataError` naming the damage. Returns None where Pillow decodes instead (CMYK, tiny images,
+    a harmless warning, a feature the simple API lacks); their image data is still checked, at 1/8.
+    """
+    scale = _draft_scale(img, target)
+    width, height = img.size
+    direct = img.mode in ("RGB", "L") and (scale == 1 or min(width, height) >= 16)
+    out_w, out_h = (-(-width // scale), -(-height // scale)) if direct else (1, 1)
+    try:
+        array = simplejpeg.decode_jpeg(data, "RGB" if direct else "GRAY", min_height=out_h, min_width=out_w)
+    except ValueError as err:
+        damage = _jpeg_damage(str(err))
+        if damage:
+            raise DataError(f"{path}: corrupt JPEG: the image data does not decode cleanly (libjpeg: "
+                            f"{damage}); part of the picture would be garbage: re-export or remove it"
+                            ) from None
+        return None
+    return array if direct and array.shape[:2] == (out_h, out_w) else None
+
+
+def _jpeg_damage(message: str) -> str | None:
+    """libjpeg's message when it reports damaged image data, else None (a harmless warning or an error
+    that is not about damage: the caller lets Pillow decide)."""
+    if message.startswith(_DAMAGE) and not _HARMLESS.search(message):
+        return message
+    return None
 
 
 def probe_image(path: str | Path) -> tuple[int, int, str]:
@@ -253,6 +319,8 @@ def probe_image(path: str | Path) -> tuple[int, int, str]:
         # the chunk walk already knows whether there is one at all.
         has_exif = fmt != "PNG" or "exif" in img.info or late_exif
         orientation = _orientation(img) if has_exif else 1
+        if fmt in _JPEG_FORMATS:  # the image data, decoded at 1/8 (the entropy decode is most of the cost)
+            _strict_jpeg(path, data, img, 1)
     w, h = oriented_size(width, height, orientation)
     return h, w, fmt
 

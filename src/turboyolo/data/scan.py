@@ -2,9 +2,11 @@
 
 Rules (each excluded or fixed file is listed with its reason in the report):
 - missing or empty label file: background image (kept, counted);
-- label line with a class id outside the names, NaN/inf, != 5 columns, commas, width/height <= 0:
-  image excluded;
-- box corners up to 0.01 outside [0, 1]: clipped (fixed); further out: excluded;
+- each label line is judged on its own, and every bad one is named with its line number and reason:
+  a class id outside the names (or not a whole number), NaN/inf, not a number, != 5 columns, commas,
+  width/height <= 0, box corners more than 0.01 outside [0, 1]: the line cannot be used, and its image
+  is excluded (dropping only the line would train its object as background); the lines are counted;
+- box corners up to 0.01 outside [0, 1]: clipped (fixed, by line);
 - duplicate boxes: removed (fixed);
 - unreadable, truncated, damaged (bad PNG CRC, garbage in a JPEG's image data), zero-byte or too large
   (a decompression bomb) image: excluded (the checks of :func:`turboyolo.data.decode.probe_image`, the
@@ -16,7 +18,9 @@ The cache (``$TURBOYOLO_CACHE/scans/*.json``) is keyed per file by path, size an
 data set scans instantly and a changed file is re-checked alone. It is plain JSON (labels as base64
 float32), never pickle: a planted cache file can at worst make the scan re-check files, never run code.
 
-:func:`write_scan_report` writes every split's report into a run directory (``scan_report.txt``).
+Every scan writes its report (every excluded, fixed and warned file with its reason) to a file it names
+(``ScanResult.report``); :func:`write_scan_report` writes every split's report into a run directory
+(``scan_report.txt``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,7 +43,7 @@ from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import label_path_disagreement, label_path_for, list_images, load_data_config
 from turboyolo.formats.labels import parse_yolo_labels
 
-SCAN_VERSION = 2  # 2: JSON cache (1 was pickle, never read again)
+SCAN_VERSION = 3  # 3: every bad label line named and counted; 2: JSON cache (1 was pickle, never read again)
 CACHE_FORMAT = "turboyolo-scan-cache"
 REPORT_NAME = "scan_report.txt"
 
@@ -75,8 +80,10 @@ class ScanResult:
     background: int = 0
     cached: int = 0
     model_made: int = 0  # label files written by `turboyolo label` and not edited since
+    bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
     source: str = ""
+    report: Path | None = None  # where the full report was written (every file with its reason)
 
     @property
     def labelled(self) -> int:
@@ -89,7 +96,8 @@ class ScanResult:
     def summary(self) -> str:
         """One line: images found, labelled, background, excluded, fixed (and boxes, warnings)."""
         line = (f"scan {self.split}: {self.found} images found, {self.labelled} labelled "
-                f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded, "
+                f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded"
+                f"{f' ({self.bad_label_lines} bad label lines)' if self.bad_label_lines else ''}, "
                 f"{len(self.fixed)} fixed")
         if self.model_made:
             line += f", {self.model_made} label files model-made (not yet reviewed)"
@@ -112,23 +120,32 @@ class ScanResult:
         return "\n".join(lines) + "\n"
 
     def console_text(self, limit: int = 10, report: str | Path | None = None) -> str:
-        """The summary line, then the first ``limit`` excluded files with their reasons and warnings
-        (and where the rest are: ``report``), for the console."""
+        """The summary line, then the first ``limit`` excluded and fixed files with their reasons and the
+        warnings, and where the rest are (``report``, else the scan's own report file), for the console."""
         lines = [self.summary()]
         shown = [f"  excluded {printable(path)}: {printable(reason)}" for path, reason in self.excluded]
+        shown += [f"  fixed {printable(path)}: {printable(reason)}" for path, reason in self.fixed]
         shown += [f"  warning: {printable(w)}" for w in self.warnings]
         lines += shown[:limit]
+        report = report or self.report
         if len(shown) > limit:
-            where = f" in {printable(report)}" if report else " in the scan report"
-            lines.append(f"  ... and {len(shown) - limit} more{where}")
+            lines.append(f"  and {len(shown) - limit} more, see {printable(report or 'the scan report')}")
         return "\n".join(lines)
+
+    def require_samples(self, limit: int = 5) -> ScanResult:
+        """``self`` when at least one image is usable; else a :class:`DataError` naming the split, the
+        first ``limit`` files with their reasons and the report that lists them all."""
+        if self.samples:
+            return self
+        named = "".join(f"\n  {printable(path)}: {printable(why)}" for path, why in self.excluded[:limit])
+        more = f"\n  and {len(self.excluded) - limit} more" if len(self.excluded) > limit else ""
+        where = f"; every file with its reason: {printable(self.report)}" if self.report else ""
+        raise DataError(f"{printable(self.source)}: no usable image in the {self.split} split: "
+                        f"{self.found} listed, {len(self.excluded)} excluded{where}{named}{more}")
 
     def write_report(self, path: str | Path) -> Path:
         """Write the full report (every excluded/fixed file with its reason) and return its path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.report_text(), encoding="utf-8", errors="backslashreplace")
-        return path
+        return _write_text(Path(path), self.report_text())
 
 
 def write_scan_report(run_dir: str | Path, scans: Sequence[ScanResult],
@@ -143,9 +160,14 @@ def write_scan_report(run_dir: str | Path, scans: Sequence[ScanResult],
     lines = [f"failed to load after the scan ({len(failures)}):"]
     lines += [f"  {printable(file)}: {printable(reason)}" for file, reason in failures.items()]
     parts.append("\n".join(lines) + "\n")
+    return _write_text(path, "\n".join(parts))
+
+
+def _write_text(path: Path, text: str) -> Path:
+    """Write a report whole or not at all (temporary file + rename: two runs never interleave)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8", errors="backslashreplace")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
     return path
 
@@ -172,6 +194,7 @@ class _Entry:
     hw: tuple[int, int] | None = None
     fixes: list[str] = field(default_factory=list)
     warning: str | None = None
+    bad_lines: int = 0
 
 
 def _check_one(image: Path, num_classes: int | None) -> _Entry:
@@ -190,7 +213,8 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
         return _Entry(key, "excluded", f"label file {label} unreadable ({err.strerror})")
     check = parse_yolo_labels(text, num_classes)
     if check.error:
-        return _Entry(key, "excluded", f"label {label}: {check.error}", warning=warning)
+        return _Entry(key, "excluded", f"label {label}: {check.error}", warning=warning,
+                      bad_lines=check.bad_lines)
     return _Entry(key, "ok", labels=check.rows, hw=(h, w), fixes=[f"label {label}: {f}" for f in check.fixes],
                   warning=warning)
 
@@ -209,7 +233,7 @@ def _entry_to_json(entry: _Entry) -> dict:
         labels = base64.b64encode(np.ascontiguousarray(entry.labels, "<f4").tobytes()).decode("ascii")
     return {"key": entry.key, "status": entry.status, "reason": entry.reason, "labels": labels,
             "hw": list(entry.hw) if entry.hw is not None else None, "fixes": entry.fixes,
-            "warning": entry.warning}
+            "warning": entry.warning, "bad_lines": entry.bad_lines}
 
 
 def _entry_from_json(item: dict) -> _Entry:
@@ -229,7 +253,8 @@ def _entry_from_json(item: dict) -> _Entry:
         raise ValueError("fixes")
     if warning is not None and not isinstance(warning, str):
         raise ValueError("warning")
-    return _Entry(list(item["key"]), status, str(item["reason"]), labels, hw, fixes, warning)
+    return _Entry(list(item["key"]), status, str(item["reason"]), labels, hw, fixes, warning,
+                  int(item["bad_lines"]))
 
 
 def _load_cache(path: Path) -> dict[str, _Entry]:
@@ -301,6 +326,7 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
             result.warnings.append(entry.warning)
         if entry.status != "ok":
             result.excluded.append((str(image), entry.reason))
+            result.bad_label_lines += entry.bad_lines
             continue
         for fix in entry.fixes:
             result.fixed.append((str(image), fix))
@@ -322,7 +348,8 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
         names: class names overriding the data set's (required when it has none and labels exist).
         workers: threads for the checks (default 2 x CPUs).
         use_cache: reuse/update the scan cache keyed by path, size and mtime.
-        report_path: when given, write the report there.
+        report_path: where to write the full report (``result.report``); default: beside the scan
+            cache, ``$TURBOYOLO_CACHE/scans/<data>-<split>-<hash>.txt``.
 
     Returns:
         :class:`ScanResult` with the usable samples; ``summary()`` is the one-line summary.
@@ -342,6 +369,8 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     cache_path = _cache_file(data_path, split) if use_cache else None
     result = scan_images(images, names, workers=workers, cache_path=cache_path, split=split,
                          source=str(data_path), notes=notes)
-    if report_path is not None:
-        result.write_report(report_path)
+    try:
+        result.report = result.write_report(report_path or _cache_file(data_path, split).with_suffix(".txt"))
+    except OSError:
+        pass  # a read-only cache folder: the console still names the first files
     return result

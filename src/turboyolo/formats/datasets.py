@@ -8,8 +8,10 @@ substring of the path and PyTorch-YOLOv3 the *last* ``images`` substring of the 
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -187,17 +189,23 @@ def load_data_config(path: str | Path) -> DataConfig:
 
 
 def walk_files(root: str | Path, notes: list[str] | None = None) -> Iterator[Path]:
-    """Every file under ``root``, following folder links but entering each real folder once.
+    """Every file under ``root`` once, following folder and file links but entering each real folder once.
 
     ``Path.rglob`` and ``glob('**')`` follow a link back to a parent folder forever; here a folder
     already entered (same device and inode) is not entered again, so a tree with link loops ends, and a
-    folder reachable through two links is listed once (through the first path in sorted order).
+    folder reachable through two links is listed once (through the first path in sorted order). A file
+    is listed once too: a link to a file listed under its own name (or through an earlier link) is not
+    listed again, and a link that loops (``a.jpg -> a.jpg``, ``a -> b -> a``) or points at nothing is
+    not a file at all.
 
     Args:
         root: the folder to walk.
-        notes: when given, receives one line per folder link not followed again and per unreadable
-            folder (what the scan reports as warnings).
+        notes: when given, receives one line per link not followed (a folder already listed, a file
+            already listed, a loop, a missing target) and per unreadable folder (what the scan reports
+            as warnings).
     """
+    say = notes.append if notes is not None else (lambda line: None)
+    files: list[tuple[Path, bool]] = []  # (path, whether it is a link)
     seen: set[tuple[int, int]] = set()
     stack = [Path(root)]
     while stack:
@@ -205,34 +213,74 @@ def walk_files(root: str | Path, notes: list[str] | None = None) -> Iterator[Pat
         try:
             info = folder.stat()
         except OSError as err:
-            if notes is not None:
-                notes.append(f"{folder}: folder unreadable ({err.strerror or err}); its images are not "
-                             "listed")
+            say(f"{folder}: folder unreadable ({err.strerror or err}); its images are not listed")
             continue
         if (info.st_dev, info.st_ino) in seen:
-            if notes is not None:
-                notes.append(f"{folder}: links to a folder already listed; not followed again")
+            say(f"{folder}: links to a folder already listed; not followed again")
             continue
         seen.add((info.st_dev, info.st_ino))
         try:
             with os.scandir(folder) as entries:
                 items = sorted(entries, key=lambda e: e.name)
         except OSError as err:
-            if notes is not None:
-                notes.append(f"{folder}: folder unreadable ({err.strerror or err}); its images are not "
-                             "listed")
+            say(f"{folder}: folder unreadable ({err.strerror or err}); its images are not listed")
             continue
         subfolders = []
         for entry in items:
-            try:
-                is_dir = entry.is_dir()  # follows links; a broken link is not a folder
-            except OSError:
-                is_dir = False
-            if is_dir:
+            kind = _entry_kind(entry)
+            if isinstance(kind, str):
+                say(f"{entry.path}: {kind}; not listed")
+            elif kind is None:
                 subfolders.append(Path(entry.path))
             else:
-                yield Path(entry.path)
+                files.append((Path(entry.path), kind))
         stack.extend(reversed(subfolders))  # depth first, in sorted order
+    yield from _once_each(files, say)
+
+
+def _entry_kind(entry: os.DirEntry) -> bool | str | None:
+    """None for a folder (links followed); for a file, True when it is a link and False when not; or
+    why the entry is neither (a link that loops or points at nothing)."""
+    if not entry.is_symlink():
+        try:
+            return None if entry.is_dir(follow_symlinks=False) else False
+        except OSError:
+            return False
+    try:
+        target = os.stat(entry.path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a link that loops back on itself"
+        if err.errno == errno.ENOENT:
+            return f"a link to {os.readlink(entry.path)!r}, which does not exist"
+        return f"a link that cannot be followed ({err.strerror or err})"
+    return None if stat.S_ISDIR(target.st_mode) else True
+
+
+def _once_each(files: list[tuple[Path, bool]], say) -> Iterator[Path]:
+    """Each real file once: under its own name when the walk found one, else under its first link.
+
+    Files are told apart by (device, inode), read only when the walk met a file link at all."""
+    if not any(linked for _, linked in files):
+        yield from (path for path, _ in files)
+        return
+    keys = {}
+    for path, _ in files:
+        try:
+            info = path.stat()
+            keys[path] = (info.st_dev, info.st_ino)
+        except OSError:
+            keys[path] = path  # vanished since: listed, and the scan says why it cannot be read
+    own = {keys[path]: path for path, linked in files if not linked}
+    listed: dict[object, Path] = {}
+    for path, linked in files:
+        key = keys[path]
+        first = (own.get(key) if linked else None) or listed.get(key)
+        if first is not None and first != path:
+            say(f"{path}: the same file as {first} (a link), already listed; not listed again")
+            continue
+        listed[key] = path
+        yield path
 
 
 def glob_files(pattern: str, notes: list[str] | None = None) -> list[Path]:

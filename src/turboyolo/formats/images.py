@@ -10,8 +10,9 @@ structure from its bytes, cheaply (no pixel is decoded):
   and inside each scan only byte-stuffed ``FF 00``, fill bytes and restart markers in sequence (random
   bytes in a scan almost always contain an ``FF xx`` that is none of those).
 
-Not caught: scan data overwritten by bytes that still form valid codes (e.g. zeros); libjpeg itself only
-warns about those, and Pillow does not pass its warnings on.
+Scan data overwritten by bytes that hold no ``FF`` (e.g. zeros) passes these walks; the decoder loses
+its place in such data, which :func:`turboyolo.data.decode.probe_image` catches by decoding it
+(libjpeg-turbo, its warnings as errors).
 """
 
 from __future__ import annotations

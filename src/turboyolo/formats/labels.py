@@ -32,20 +32,54 @@ class LabelCheck:
     """Result of checking one label file's text.
 
     ``rows`` is float32 [N, 5] (cls, cx, cy, w, h) after fixes; ``error`` is set (and ``rows`` empty)
-    when the file must be excluded; ``fixes`` lists what was repaired (clipped boxes, duplicates).
+    when the file must be excluded, naming every line that cannot be used with its reason
+    (``bad_lines`` of them); ``fixes`` lists what was repaired (clipped boxes, duplicates) by line.
     """
 
     rows: np.ndarray
     error: str | None = None
     fixes: list[str] = field(default_factory=list)
+    bad_lines: int = 0
+
+
+MAX_NAMED_LINES = 20  # bad lines named one by one in a file's reason; the rest are counted
 
 
 def _empty() -> np.ndarray:
     return np.zeros((0, 5), dtype=np.float32)
 
 
+def _line_problem(parts: list[str], num_classes: int | None) -> str | None:
+    """Why one split line is not a usable ``cls cx cy w h`` row (None when it is)."""
+    if len(parts) != 5:
+        return f"{len(parts)} columns, expected 5 (cls cx cy w h)"
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        return "not a number"
+    if not all(math.isfinite(v) for v in values):
+        return "NaN or inf"
+    cls = values[0]
+    if cls != int(cls) or cls < 0:
+        return f"class id {parts[0]} out of range (not a whole number >= 0)"
+    if num_classes is not None and cls >= num_classes:
+        return f"class id {parts[0]} out of range (names has {num_classes})"
+    if values[3] <= 0 or values[4] <= 0:
+        return "width/height <= 0"
+    return None
+
+
+def _lines(numbers: list[int]) -> str:
+    return ("line " if len(numbers) == 1 else "lines ") + ", ".join(map(str, numbers))
+
+
 def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
     """Check YOLO label text line by line; see the module docstring of ``data.scan`` for the rules.
+
+    Every line is judged on its own: a box up to ``CLIP_TOLERANCE`` outside the image is clipped (a
+    fix); a line that cannot be used (not 5 numbers, NaN/inf, class id out of range, width or height
+    <= 0, a box further outside) is named with its reason, and then the whole file is excluded (a box
+    dropped from an image would teach the model that its object is background).
 
     Args:
         text: the file's content.
@@ -55,58 +89,49 @@ def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
         A :class:`LabelCheck`. Blank lines are ignored; an empty file gives zero rows (background).
     """
     rows: list[list[float]] = []
+    numbers: list[int] = []
+    problems: list[str] = []
     for line_no, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
             continue
-        if "," in line:
-            return LabelCheck(_empty(), f"line {line_no}: comma separators (use spaces): {line[:60]!r}")
-        parts = line.split()
-        if len(parts) != 5:
-            return LabelCheck(_empty(), f"line {line_no}: {len(parts)} columns, expected 5 (cls cx cy w h)")
-        try:
-            values = [float(p) for p in parts]
-        except ValueError:
-            return LabelCheck(_empty(), f"line {line_no}: not a number: {line[:60]!r}")
-        if not all(math.isfinite(v) for v in values):
-            return LabelCheck(_empty(), f"line {line_no}: NaN or inf: {line[:60]!r}")
-        cls = values[0]
-        if cls != int(cls) or cls < 0 or (num_classes is not None and cls >= num_classes):
-            bound = f" (names has {num_classes})" if num_classes is not None else ""
-            return LabelCheck(_empty(), f"line {line_no}: class id {parts[0]} out of range{bound}")
-        if values[3] <= 0 or values[4] <= 0:
-            return LabelCheck(_empty(), f"line {line_no}: width/height <= 0: {line[:60]!r}")
-        rows.append(values)
-    if not rows:
+        problem = ("comma separators (use spaces)" if "," in line
+                   else _line_problem(line.split(), num_classes))
+        if problem:
+            problems.append(f"line {line_no}: {problem}: {line[:60]!r}")
+        else:
+            rows.append([float(p) for p in line.split()])
+            numbers.append(line_no)
+    arr = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
+    corners = np.stack([arr[:, 1] - arr[:, 3] / 2, arr[:, 2] - arr[:, 4] / 2,
+                        arr[:, 1] + arr[:, 3] / 2, arr[:, 2] + arr[:, 4] / 2], axis=1)
+    outside = np.max(np.maximum(-corners, corners - 1.0), axis=1, initial=0.0)  # per box
+    for index in np.flatnonzero(outside > CLIP_TOLERANCE):
+        problems.append(f"line {numbers[index]}: box extends {outside[index]:.3f} outside the image "
+                        f"(tolerance {CLIP_TOLERANCE})")
+    if problems:
+        problems.sort(key=lambda p: int(p.split(":", 1)[0].removeprefix("line ")))
+        count, extra = len(problems), len(problems) - MAX_NAMED_LINES
+        reason = (f"{count} bad lines: " if count > 1 else "") + "; ".join(problems[:MAX_NAMED_LINES])
+        reason += f"; and {extra} more bad lines" if extra > 0 else ""
+        return LabelCheck(_empty(), reason, bad_lines=count)
+    if not len(arr):
         return LabelCheck(_empty())
-    arr = np.asarray(rows, dtype=np.float64)
     fixes: list[str] = []
-    x1 = arr[:, 1] - arr[:, 3] / 2
-    y1 = arr[:, 2] - arr[:, 4] / 2
-    x2 = arr[:, 1] + arr[:, 3] / 2
-    y2 = arr[:, 2] + arr[:, 4] / 2
-    corners = np.stack([x1, y1, x2, y2], axis=1)
-    worst = float(np.max(np.maximum(-corners, corners - 1.0)))
-    if worst > CLIP_TOLERANCE:
-        bad = int(np.argmax(np.max(np.maximum(-corners, corners - 1.0), axis=1)))
-        return LabelCheck(_empty(), f"box {bad + 1} extends {worst:.3f} outside the image (tolerance "
-                                    f"{CLIP_TOLERANCE})")
-    if worst > ROUNDING_SLACK:
-        outside = int(np.sum(np.any((corners < 0) | (corners > 1), axis=1)))
-        corners = np.clip(corners, 0.0, 1.0)
-        arr[:, 1] = (corners[:, 0] + corners[:, 2]) / 2
-        arr[:, 2] = (corners[:, 1] + corners[:, 3]) / 2
-        arr[:, 3] = corners[:, 2] - corners[:, 0]
-        arr[:, 4] = corners[:, 3] - corners[:, 1]
-        fixes.append(f"{outside} box(es) clipped to the image (up to {worst:.4f} outside)")
-    elif worst > 0:  # 6-decimal text rounding of a box touching the edge: not a defect
+    clipped = np.flatnonzero(outside > ROUNDING_SLACK)  # 6-decimal rounding at an edge is not a defect
+    if len(clipped):
+        fixes.append(f"{_lines([numbers[i] for i in clipped])}: box clipped to the image (up to "
+                     f"{float(outside[clipped].max()):.4f} outside)")
+    if np.any(outside > 0):
         corners = np.clip(corners, 0.0, 1.0)
         arr[:, 1:5] = np.stack([(corners[:, 0] + corners[:, 2]) / 2, (corners[:, 1] + corners[:, 3]) / 2,
                                 corners[:, 2] - corners[:, 0], corners[:, 3] - corners[:, 1]], axis=1)
     arr32 = arr.astype(np.float32)
     _, first = np.unique(arr32, axis=0, return_index=True)
     if len(first) < len(arr32):
-        fixes.append(f"{len(arr32) - len(first)} duplicate box(es) removed")
+        kept = set(first.tolist())
+        dropped = [numbers[i] for i in range(len(arr32)) if i not in kept]
+        fixes.append(f"{_lines(dropped)}: duplicate box removed")
         arr32 = arr32[np.sort(first)]
     return LabelCheck(arr32, None, fixes)
 

@@ -99,7 +99,7 @@ def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tu
             images += list_images(source, notes)
     seen, unique = set(), []
     for path in images:
-        key = path.resolve()
+        key = _resolved(path)
         if key not in seen:
             seen.add(key)
             unique.append(key)
@@ -107,6 +107,15 @@ def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tu
         raise DataError(f"no images found in {', '.join(sources)} (looked for {', '.join(IMAGE_SUFFIXES)})")
     base = Path(os.path.commonpath([p.parent for p in unique]))
     return [(p, p.relative_to(base)) for p in unique]
+
+
+def _resolved(path: Path) -> Path:
+    """The absolute path without links; a link that loops stays as it is (reading it then fails, and
+    the image is skipped with that reason)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: Python < 3.13 on a link loop
+        return Path(os.path.abspath(path))
 
 
 def class_indices(filters: list[str] | None, names: list[str]) -> list[int] | None:

@@ -117,9 +117,9 @@ def anchor_report(
         raise FlagError(f"--thresh must lie in (0, 1], got {thresh}")
 
     scan = scan_dataset(data, split)
-    samples = [s for s in scan.samples if len(s.labels)]
-    boxes = letterbox_box_sizes([s.labels for s in samples], [s.hw for s in samples], size)
     log(scan.console_text())
+    samples = [s for s in scan.require_samples().samples if len(s.labels)]
+    boxes = letterbox_box_sizes([s.labels for s in samples], [s.hw for s in samples], size)
     if len(boxes) == 0:
         raise DataError(f"{data}: the {split} split has no boxes to fit anchors to")
     try:

@@ -2,14 +2,20 @@
 
 One *iteration* (Darknet's "batch") = ``subdivisions`` mini-batches whose gradients accumulate; the loss
 of every mini-batch is its per-image sum divided by the images per iteration, so the update is the same
-for any ``subdivisions``. Values are read back from the device only every ``log_interval`` iterations.
+for any ``subdivisions``. Loss values are read back from the device only every ``log_interval``
+iterations; one flag is read every iteration: whether the loss and the gradients are finite.
+
+Divergence: an iteration whose loss or gradient is NaN or inf is skipped (nothing reaches the weights,
+the optimizer or the EMA; BatchNorm statistics are put back as they were before its forward passes),
+counted and named; after ``MAX_SKIPPED_IN_A_ROW`` in a row the run stops with :class:`NonFiniteLoss`,
+naming the iteration, the loss term and the last checkpoint, which is left as it was.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -18,14 +24,17 @@ from torch import nn
 
 from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
+from turboyolo.train import distributed
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import EvalResult, evaluate_detections
 from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
 from turboyolo.train.plan import Plan
 
+MAX_SKIPPED_IN_A_ROW = 3  # iterations with a NaN or inf loss or gradient before the run stops
+
 
 class NonFiniteLoss(TurboYoloError):
-    """The loss became NaN or infinite; the message names the iteration and the checkpoint to resume."""
+    """The loss stayed NaN or infinite; the message names the iteration, the term and the checkpoint."""
 
 
 @dataclass
@@ -53,6 +62,9 @@ class TrainState:
     epoch_start_sample: int = 0  # global sample position the current epoch (re)started at
     world_size: int = 1
     plan: Plan | None = None  # optimizer, schedule, EMA and close-mosaic settings of the run (checkpointed)
+    skipped: int = 0  # iterations skipped for a NaN or inf loss or gradient (this process's run)
+    skipped_in_a_row: int = 0
+    last_checkpoint_iteration: int | None = None  # the iteration `last_checkpoint` holds
 
 
 @dataclass
@@ -62,6 +74,7 @@ class StepOptions:
     clip_norm: float = 10.0
     channels_last: bool = False
     log_interval: int = 10
+    say: Callable[[str], object] = print  # where a skipped iteration is named
 
 
 def _autocast(options: StepOptions):
@@ -120,8 +133,11 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         module.eval()
     logged_terms = torch.zeros(len(LOSS_NAMES), device=options.device)
     logged_images = 0
+    step_terms = torch.zeros(len(LOSS_NAMES), device=options.device)  # this iteration's, until it is taken
+    step_images = 0
     epoch_start_images = state.seen
     micro = 0  # mini-batches accumulated into the current iteration
+    norms = BatchNormState(model)
     iterator = iter(batches)
     optimizer.zero_grad(set_to_none=True)
     while state.epoch_batches < num_batches:
@@ -133,6 +149,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         stats.wait_s += time.perf_counter() - before
         if micro == 0:
             set_lr(optimizer, lr_at(state.schedule, state.iteration + 1))
+            norms.save()
         x = move_to_device(images, options.device, channels_last=options.channels_last)
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
@@ -145,22 +162,29 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
                 state.scaler.scale(loss).backward()
             else:
                 loss.backward()
-        stats.add(terms, images.shape[0])
-        logged_terms += terms.detach()
-        logged_images += images.shape[0]
+        step_terms += terms.detach()
+        step_images += images.shape[0]
         state.seen += images.shape[0]
         state.epoch_batches += 1
         micro += 1
         if micro < state.subdivisions and state.epoch_batches < num_batches:
             continue
         micro = 0
-        _step(state, options)
+        if _step(state, options, step_terms):
+            stats.add(step_terms, step_images)
+            logged_terms += step_terms
+            logged_images += step_images
+            state.skipped_in_a_row = 0
+        else:
+            norms.restore()
+            _skipped(state, options, step_terms)
+        step_terms.zero_()
+        step_images = 0
         state.iteration += 1
         if state.iteration % options.log_interval and state.epoch_batches < num_batches:
             yield {}
             continue
         per_image = (logged_terms / max(logged_images, 1)).tolist()  # the one sync per log interval
-        _check_finite(per_image, state)
         elapsed = max(time.perf_counter() - stats.start, 1e-9)
         logged_terms.zero_()
         logged_images = 0
@@ -170,21 +194,66 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
                "data_wait": stats.wait_s / elapsed}
 
 
-def _check_finite(per_image: list[float], state: TrainState) -> None:
-    if all(math.isfinite(v) for v in per_image):
+class BatchNormState:
+    """The BatchNorm running statistics of a model, saved before an iteration's forward passes and put
+    back when the iteration is skipped: a NaN in one batch would otherwise reach them (and every later
+    evaluation) even though no weight is updated."""
+
+    def __init__(self, model: nn.Module):
+        self.buffers = [b for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                        for b in m.buffers()]
+        self.saved = [b.detach().clone() for b in self.buffers]
+
+    def save(self) -> None:
+        if self.buffers:
+            torch._foreach_copy_(self.saved, self.buffers)
+
+    def restore(self) -> None:
+        if self.buffers:
+            torch._foreach_copy_(self.buffers, self.saved)
+
+
+def _skipped(state: TrainState, options: StepOptions, terms: torch.Tensor) -> None:
+    """Count and name a skipped iteration; stop the run after ``MAX_SKIPPED_IN_A_ROW`` in a row."""
+    state.skipped += 1
+    state.skipped_in_a_row += 1
+    values = dict(zip(LOSS_NAMES, terms.tolist()))
+    bad = [name for name, value in values.items() if not math.isfinite(value)]
+    what = (f"loss term {', '.join(bad)} is {values[bad[0]]}" if bad
+            else "a gradient is NaN or inf (the loss terms are finite)")
+    where = f"iteration {state.iteration + 1} (epoch {state.epoch + 1})"
+    if state.skipped_in_a_row < MAX_SKIPPED_IN_A_ROW:
+        options.say(f"warning: {where}: {what}; skipped, the weights did not take it "
+                    f"({state.skipped_in_a_row} in a row, {state.skipped} in this run)")
         return
-    resume = (f"resume from {state.last_checkpoint} with --resume and a lower learning_rate"
-              if state.last_checkpoint else "no checkpoint was written yet; lower learning_rate")
-    raise NonFiniteLoss(f"the loss became non-finite by iteration {state.iteration} "
-                        f"(epoch {state.epoch}, terms {dict(zip(LOSS_NAMES, per_image))}); {resume}")
+    if state.last_checkpoint:
+        kept = (f"the last good checkpoint, {state.last_checkpoint} (iteration "
+                f"{state.last_checkpoint_iteration}), is left as it was: continue from it with `turboyolo "
+                f"train --resume {state.last_checkpoint}` and a lower learning rate (--lr)")
+    else:
+        kept = "no checkpoint was written yet: start again with a lower learning rate (--lr)"
+    raise NonFiniteLoss(f"training diverged at {where}: {what}, {MAX_SKIPPED_IN_A_ROW} iterations in a row "
+                        f"(each skipped: the weights never took a NaN or inf); {kept}; if it happens at "
+                        "once, look for a broken image or label")
 
 
-def _step(state: TrainState, options: StepOptions) -> None:
-    params = [p for group in state.optimizer.param_groups for p in group["params"]]
+def _step(state: TrainState, options: StepOptions, terms: torch.Tensor) -> bool:
+    """Clip and apply the accumulated gradients; False, with nothing applied, when the iteration's loss
+    terms or gradients are NaN or inf (the one sync of every iteration). With a GradScaler, gradients
+    that overflow float16 are its business (it skips and lowers its scale): only the loss is checked."""
+    params = [p for group in state.optimizer.param_groups for p in group["params"] if p.grad is not None]
     if state.scaler is not None:
         state.scaler.unscale_(state.optimizer)
-    if options.clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(params, options.clip_norm, foreach=True)
+    finite = torch.isfinite(terms).all()
+    norm = _clipped_norm(params, options.clip_norm)
+    if state.scaler is None and norm is not None:
+        finite = finite & torch.isfinite(norm)
+    bad = distributed.all_reduce_sum((~finite).to(torch.float32).reshape(1))  # every rank skips together
+    if bool(bad.item()):
+        state.optimizer.zero_grad(set_to_none=True)
+        if state.scaler is not None:
+            state.scaler.update()  # unscale_ was called: the scaler expects an update before the next one
+        return False
     if state.scaler is not None:
         state.scaler.step(state.optimizer)
         state.scaler.update()
@@ -193,6 +262,16 @@ def _step(state: TrainState, options: StepOptions) -> None:
     state.optimizer.zero_grad(set_to_none=True)
     if state.ema is not None:
         state.ema.update(state.model)
+    return True
+
+
+def _clipped_norm(params: list[torch.Tensor], clip_norm: float) -> torch.Tensor | None:
+    """The gradients' total norm (NaN or inf when one of them is), clipped to ``clip_norm`` when > 0."""
+    if not params:
+        return None
+    if clip_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, clip_norm, foreach=True)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
 
 @torch.no_grad()
@@ -266,8 +345,6 @@ def evaluate(
 def _gather_shards(paths, dets, gts, sizes):
     """Under torchrun every rank evaluated its shard: collect them on rank 0 and drop the sampler's
     padding (images repeated to even out the shards). Other ranks get ``None``s back."""
-    from turboyolo.train import distributed
-
     shards = distributed.all_gather_objects((paths, dets, gts, sizes))
     if len(shards) == 1:
         return paths, dets, gts, sizes

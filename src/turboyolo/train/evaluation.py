@@ -12,6 +12,7 @@ from turboyolo.data.scan import scan_dataset
 from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import ConfigError
 from turboyolo.formats.darknet_cfg import parse_cfg, parse_cfg_text
+from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import EvalResult
@@ -66,9 +67,12 @@ def test_weights(weights: str | Path, data: str | Path, options: TestOptions,
     log(f"loaded {weights}")
     device = resolve_device(options.device)
     model.to(device)
-    scan = scan_dataset(data, options.split)
-    log(scan.console_text())  # the summary and the excluded files by name
-    names = scan.names or [str(k) for k in range(model.num_classes)]
+    # labels are checked against the model's classes when the data set names none
+    numbered = None if load_data_config(data).names else [str(k) for k in range(model.num_classes)]
+    scan = scan_dataset(data, options.split, numbered)
+    log(scan.console_text())  # the summary and the excluded and fixed files by name
+    scan.require_samples()
+    names = scan.names
     if len(names) != model.num_classes:
         raise ConfigError(f"{data}: {len(names)} class names but the model has {model.num_classes} classes; "
                           "use the data set the weights were trained for, or a cfg with its class count")

@@ -135,7 +135,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         raise
     amp_dtype = amp_dtype_for(device, config.runtime.amp)
     options = StepOptions(device=device, amp_dtype=amp_dtype, clip_norm=config.runtime.clip_norm,
-                          channels_last=config.runtime.channels_last, log_interval=config.output.log_interval)
+                          channels_last=config.runtime.channels_last, log_interval=config.output.log_interval,
+                          say=say)
     logger = (RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main
               else SilentLogger())
     monitor = GpuMonitor(device)
@@ -211,6 +212,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
             if finished or evaluated is not None:
                 logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, evaluated, finished))
             state.last_checkpoint = str(weights_dir / "last.pt")
+            state.last_checkpoint_iteration = state.iteration
             if env.is_main:
                 writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
     except OSError as err:

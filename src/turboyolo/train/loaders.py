@@ -52,6 +52,8 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
     val_scan = scan_dataset(config.data, "val", train_scan.names)
     for scan in (train_scan, val_scan):
         log(scan.console_text(report=report))
+    for scan in (train_scan, val_scan):
+        scan.require_samples()  # names the split and its files; its own report outlives a failed start
     names = list(train_scan.names or val_scan.names)
     if config.data_args.single_cls:
         train_scan.samples = single_class(train_scan.samples)
