@@ -129,3 +129,26 @@ def test_live_darknet(tmp_path, tiny_weights, reference, ten_iterations):
     for iteration, tolerance in ((1, ONE_ITERATION), (10, TEN_ITERATIONS)):
         _, full = read_weights(out / f"darknet_{iteration}.weights")
         _assert_updates_agree(ten_iterations, iteration, tolerance, updates, tiny_weights, full)
+
+
+def test_config_darknet_through_the_command_line(tmp_path, capsys):
+    """``turboyolo train --config darknet`` trains with every value of the recipe, a flag over it wins."""
+    import yaml
+
+    from synth import make_dataset, micro_cfg
+    from turboyolo.cli import main as cli
+
+    data = make_dataset(tmp_path / "data", 8, 2, num_classes=2)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4, num_classes=2)
+    assert cli(["train", "--config", "darknet", "--cfg", str(cfg), "--data", str(data), "--epochs", "1",
+                "--workers", "0", "--evaluation-interval", "0", "--checkpoint-interval", "0",
+                "--bn-momentum", "0.02", "--project", str(tmp_path / "runs"), "--name", "dk"]) == 0
+    saved = yaml.safe_load((tmp_path / "runs" / "dk" / "config.yaml").read_text())
+    assert saved["optim"]["lr_schedule"] == "darknet"
+    loss, runtime = saved["loss"], saved["runtime"]
+    assert (loss["box_loss"], loss["obj_iou"], loss["assign_iou_thresh"], loss["autoanchor"]) == (
+        "darknet", False, 1, False)
+    assert (runtime["bn_train"], runtime["bn_momentum"], runtime["ema"], runtime["clip_norm"],
+            runtime["amp"]) == ("darknet", 0.02, False, 0, "off")  # --bn-momentum given too: the flag wins
+    assert (saved["augment"]["mosaic"], saved["augment"]["aug_scale"]) == (0, [1, 1])
+    assert "schedule: darknet (--schedule darknet): SGD" in capsys.readouterr().out
