@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from turboyolo.formats.darknet_cfg import MaxPoolSpec, parse_cfg_text
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.layers import DarknetMaxPool
+from turboyolo.model.layers import DarknetBatchNorm2d, DarknetMaxPool
 from turboyolo.model.zoo import make_spec
 
 EXPECTED = {  # architecture: (trainable parameters, floats in the .weights file) at 80 classes
@@ -104,3 +105,55 @@ def test_training_forward_backward():
     outputs = model(torch.rand(2, 3, 64, 64))
     sum(o.float().pow(2).mean() for o in outputs).backward()
     assert model.layers[0].conv.weight.grad is not None
+
+
+def _darknet_batchnorm_reference(x, gamma, beta, delta):
+    """pjreddie's forward_batchnorm_layer / backward_batchnorm_layer (blas.c, batchnorm_layer.c), transcribed
+    loop by loop into NumPy (float64): returns (output, input delta, scale updates, bias updates)."""
+    batch, filters, height, width = x.shape
+    n = batch * height * width
+    mean = x.sum((0, 2, 3)) / n  # mean_cpu
+    variance = ((x - mean[None, :, None, None]) ** 2).sum((0, 2, 3)) / (n - 1)  # variance_cpu: n - 1
+    x_norm = (x - mean[None, :, None, None]) / (np.sqrt(variance) + 0.000001)[None, :, None, None]
+    output = x_norm * gamma[None, :, None, None] + beta[None, :, None, None]
+    bias_updates = delta.sum((0, 2, 3))  # backward_bias
+    scale_updates = (delta * x_norm).sum((0, 2, 3))  # backward_scale_cpu
+    delta = delta * gamma[None, :, None, None]  # scale_bias
+    mean_delta = delta.sum((0, 2, 3)) * (-1.0 / np.sqrt(variance + 0.00001))  # mean_delta_cpu
+    variance_delta = (delta * (x - mean[None, :, None, None])).sum((0, 2, 3)) * (
+        -0.5 * (variance + 0.00001) ** -1.5)  # variance_delta_cpu
+    delta = (delta / np.sqrt(variance + 0.00001)[None, :, None, None]  # normalize_delta_cpu
+             + variance_delta[None, :, None, None] * 2.0 * (x - mean[None, :, None, None]) / n
+             + mean_delta[None, :, None, None] / n)
+    return output, delta, scale_updates, bias_updates, mean, variance
+
+
+def test_darknet_training_batchnorm_is_darknets_code():
+    """``bn_train=darknet``: forward, backward and rolling statistics as pjreddie's C code computes them
+    (not PyTorch's: biased variance inside sqrt(var + eps), and the exact derivative)."""
+    torch.manual_seed(0)
+    bn = DarknetBatchNorm2d(5).double().train()
+    bn.darknet_training = True
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 2.0)
+        bn.bias.uniform_(-1.0, 1.0)
+        bn.running_mean.fill_(0.3)
+        bn.running_var.fill_(2.0)
+    x = (torch.randn(2, 5, 3, 4, dtype=torch.float64) * torch.tensor([1e-3, 0.1, 1, 3, 10]).view(1, -1, 1, 1)
+         ).requires_grad_(True)
+    out = bn(x)
+    upstream = torch.randn_like(out)
+    out.backward(upstream)
+    ref_out, ref_dx, ref_dgamma, ref_dbeta, mean, var = _darknet_batchnorm_reference(
+        x.detach().numpy(), bn.weight.detach().numpy(), bn.bias.detach().numpy(), upstream.numpy())
+    np.testing.assert_allclose(out.detach().numpy(), ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), ref_dx, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(bn.weight.grad.numpy(), ref_dgamma, rtol=1e-12)
+    np.testing.assert_allclose(bn.bias.grad.numpy(), ref_dbeta, rtol=1e-12)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.99 * 0.3 + 0.01 * mean, rtol=1e-12)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.99 * 2.0 + 0.01 * var, rtol=1e-12)
+    # Darknet's backward is not the derivative of its own forward (eps inside vs outside the root), and the
+    # unbiased variance differs from PyTorch's biased one: for 24 values per channel, visibly
+    plain = torch.nn.functional.batch_norm(x.detach(), None, None, bn.weight.detach(), bn.bias.detach(),
+                                           training=True, eps=1e-5)
+    assert (plain - out.detach()).abs().max() > 1e-3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -166,3 +168,65 @@ def test_iou_objectness_is_the_default_and_saved_runs_keep_theirs():
     saved = TrainConfig.build("m.cfg", "d.data").as_dict()
     del saved["loss"]["obj_iou"]  # a checkpoint written before the default changed trained with target 1
     assert TrainConfig.from_dict(saved).loss.obj_iou is False
+
+
+def _one_box_outputs(model):
+    """Raw outputs with one prediction set for a 30x30 box centred at (48, 48) of a 64x64 input (anchor 30x30,
+    local 2 of the stride-32 head, cell (1, 1)): x logit(0.6875), y 0, w = h = 24 px, objectness logit 2,
+    class logit 0.5; every other logit -30."""
+    outputs = [torch.full_like(o, -30.0) for o in model(torch.rand(1, 3, 64, 64))]
+    cell = outputs[0][0, 2, 1, 1]
+    cell[0] = torch.logit(torch.tensor(0.6875))
+    cell[1] = 0.0
+    cell[2] = cell[3] = torch.log(torch.tensor(24 / 30))
+    cell[4], cell[5] = 2.0, 0.5
+    targets = torch.tensor([[0, 0, 48 / 64, 48 / 64, 30 / 64, 30 / 64]])
+    return [o.detach().requires_grad_(True) for o in outputs], targets
+
+
+def test_darknet_box_loss_passes_darknets_deltas_back(tmp_path):
+    """``box_loss=darknet``: the gradient of each raw box output is Darknet's delta, negated: scale * (output
+    - target) with x, y after the logistic and *without* its derivative (delta_yolo_box, then
+    backward_yolo_layer copies l.delta), scale = 2 - w * h; the value is mse's squared error."""
+    model = _model(tmp_path, 1)
+    scale = 2.0 - (30 * 30) / (64 * 64)
+    target = torch.tensor([0.5, 0.5, 0.0, 0.0])  # (48 / 32 - 1) and log(30 / 30)
+    values = {}
+    for kind in ("darknet", "mse"):
+        outputs, targets = _one_box_outputs(model)
+        box_term, _ = YoloLoss(model.heads, box_loss=kind, gains=(1.0, 0.0, 0.0))(outputs, targets, (64, 64))
+        box_term.backward()
+        raw = outputs[0][0, 2, 1, 1, :4].detach()
+        output = torch.cat([torch.sigmoid(raw[:2]), raw[2:]])
+        values[kind] = (box_term.item(), outputs[0].grad[0, 2, 1, 1, :4], output)
+    box_value, grad, output = values["darknet"]
+    assert grad.tolist() == pytest.approx((scale * (output - target)).tolist(), rel=1e-6)
+    assert box_value == pytest.approx(values["mse"][0], rel=1e-6)
+    mse_grad = values["mse"][1]
+    logistic_slope = output[:2] * (1 - output[:2])  # mse's exact gradient has it, Darknet's delta not
+    assert mse_grad[:2].tolist() == pytest.approx((grad[:2] * logistic_slope).tolist(), rel=1e-5)
+    assert mse_grad[2:].tolist() == pytest.approx(grad[2:].tolist(), rel=1e-6)
+
+
+def test_darknet_statistics_are_what_darknet_prints(tmp_path):
+    """Avg IOU, Class, Obj, No Obj, .5R, .75R, count per head, and l.cost = the sum of the squared deltas."""
+    model = _model(tmp_path, 1)
+    outputs, targets = _one_box_outputs(model)
+    loss = YoloLoss(model.heads, box_loss="darknet", iou_thresh=1.0)
+    coarse, fine = loss.darknet_statistics(outputs, targets, (64, 64))
+    iou = 504 / 972  # the 24x24 box at (54, 48) against the 30x30 truth at (48, 48)
+    sigmoid = torch.sigmoid
+    assert coarse["count"] == 1 and fine["count"] == 0
+    assert coarse["avg_iou"] == pytest.approx(iou, rel=1e-5)
+    assert (coarse["recall50"], coarse["recall75"]) == (1.0, 0.0)
+    assert coarse["obj"] == pytest.approx(sigmoid(torch.tensor(2.0)).item(), rel=1e-6)
+    assert coarse["class"] == pytest.approx(sigmoid(torch.tensor(0.5)).item(), rel=1e-6)
+    cells = outputs[0][..., 4].numel()
+    assert coarse["no_obj"] == pytest.approx((sigmoid(torch.tensor(2.0)).item()
+                                              + (cells - 1) * sigmoid(torch.tensor(-30.0)).item()) / cells)
+    assert math.isnan(fine["avg_iou"]) and fine["no_obj"] == pytest.approx(0.0, abs=1e-12)
+    scale = 2.0 - (30 * 30) / (64 * 64)
+    raw = outputs[0][0, 2, 1, 1].detach()
+    box = scale * (torch.cat([sigmoid(raw[:2]), raw[2:4]]) - torch.tensor([0.5, 0.5, 0.0, 0.0]))
+    deltas = box.square().sum() + (1 - sigmoid(raw[4])) ** 2 + (1 - sigmoid(raw[5])) ** 2
+    assert coarse["cost"] == pytest.approx(deltas.item(), rel=1e-5)  # the other cells' deltas are ~1e-13

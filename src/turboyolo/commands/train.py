@@ -12,13 +12,14 @@ from turboyolo.cli import add_model_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from turboyolo.train.config import add_flags
+    from turboyolo.train.config import RECIPES, add_flags
 
     add_model_flags(parser)
     parser.add_argument("-d", "--data", help=".data file or data.yaml of the data set")
     parser.add_argument("--resume", help="checkpoint (weights/last.pt) to continue exactly where it stopped")
-    parser.add_argument("--config", help="a run's config.yaml or a recipe file: every option it holds (cfg, "
-                        "data and weights too), flags given as well win")
+    parser.add_argument("--config", help="a run's config.yaml, a recipe file or a packaged recipe "
+                        f"({', '.join(RECIPES)}; darknet: Darknet-exact training): every option it holds "
+                        "(cfg, data and weights too), flags given as well win")
     parser.add_argument("--hyp", help="YAML file of augmentation and loss values (any of their flags' names, "
                         "e.g. mosaic: 0.5); flags given as well win")
     add_flags(parser)

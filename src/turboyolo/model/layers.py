@@ -17,18 +17,82 @@ DARKNET_BN_EPS = 1e-6
 DARKNET_BN_MOMENTUM = 0.01
 
 
+# Darknet's batch-norm backward (batchnorm_layer.c) divides by sqrt(var + 1e-5), not by the forward's
+# sqrt(var) + 1e-6.
+DARKNET_BN_BACKWARD_EPS = 1e-5
+
+
 class DarknetBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm whose inference matches Darknet's formula; training is ordinary batch statistics."""
+    """BatchNorm whose inference matches Darknet's formula.
+
+    Training uses the mini-batch's statistics: PyTorch's formula by default, or with ``darknet_training``
+    set, Darknet's (:class:`DarknetBatchNormFunction`), which normalises with the unbiased variance as
+    ``(x - mean) / (sqrt(var) + 1e-6)`` and back-propagates with its own hand-written deltas. Either way
+    the running statistics move by ``momentum`` (Darknet: 0.01) towards the batch mean and unbiased
+    variance.
+    """
 
     def __init__(self, num_features: int):
         super().__init__(num_features, eps=1e-5, momentum=DARKNET_BN_MOMENTUM)
+        self.darknet_training = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.darknet_training:
+            out, mean, var = DarknetBatchNormFunction.apply(x, self.weight, self.bias)
+            with torch.no_grad():
+                momentum = self.momentum if self.momentum is not None else DARKNET_BN_MOMENTUM
+                self.running_mean.mul_(1.0 - momentum).add_(mean.to(self.running_mean.dtype), alpha=momentum)
+                self.running_var.mul_(1.0 - momentum).add_(var.to(self.running_var.dtype), alpha=momentum)
+                self.num_batches_tracked.add_(1)
+            return out
         if self.training:
             return super().forward(x)
         scale = self.weight / (self.running_var.sqrt() + DARKNET_BN_EPS)
         shift = self.bias - self.running_mean * scale
         return x * scale.to(x.dtype).view(1, -1, 1, 1) + shift.to(x.dtype).view(1, -1, 1, 1)
+
+
+class DarknetBatchNormFunction(torch.autograd.Function):
+    """Darknet's batch norm in training (``forward_batchnorm_layer`` / ``backward_batchnorm_layer``, CPU).
+
+    Forward: ``y = weight * (x - mean) / (sqrt(var) + 1e-6) + bias`` with the mini-batch's per-channel
+    mean and *unbiased* variance (``variance_cpu`` divides by ``n - 1``); returns ``(y, mean, var)``
+    (``mean`` and ``var`` ``[C]``, without gradient, for the running statistics).
+
+    Backward: Darknet's deltas, which are not the exact derivative of its forward: they are the textbook
+    batch-norm gradient evaluated with ``sqrt(var + 1e-5)`` (``mean_delta_cpu``, ``variance_delta_cpu``,
+    ``normalize_delta_cpu``); the weight's gradient uses the forward's normalised ``x``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        dims = (0, 2, 3)
+        ctx.input_dtype = x.dtype
+        x = x.to(weight.dtype)  # statistics in the parameters' precision (float32) under autocast too
+        mean = x.mean(dims)
+        centred = x - mean.view(1, -1, 1, 1)
+        var = centred.square().sum(dims) / max(x.numel() // x.shape[1] - 1, 1)
+        normalised = centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
+        ctx.save_for_backward(centred, normalised, var, weight)
+        ctx.mark_non_differentiable(mean, var)
+        out = normalised * weight.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)
+        return out.to(ctx.input_dtype), mean, var
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _mean_grad, _var_grad):
+        centred, normalised, var, weight = ctx.saved_tensors
+        grad = grad.to(weight.dtype)
+        dims = (0, 2, 3)
+        count = grad.numel() // grad.shape[1]
+        grad_bias = grad.sum(dims)
+        grad_weight = (grad * normalised).sum(dims)
+        delta = grad * weight.view(1, -1, 1, 1)
+        std = (var + DARKNET_BN_BACKWARD_EPS).sqrt()
+        mean_delta = -delta.sum(dims) / std
+        var_delta = -0.5 * (delta * centred).sum(dims) / std.pow(3)
+        grad_x = (delta / std.view(1, -1, 1, 1) + (2.0 / count) * var_delta.view(1, -1, 1, 1) * centred
+                  + (mean_delta / count).view(1, -1, 1, 1))
+        return grad_x.to(ctx.input_dtype), grad_weight, grad_bias
 
 
 def activation(name: str) -> nn.Module:

@@ -26,6 +26,7 @@ from turboyolo.model.zoo import ARCHITECTURES
 CACHE_CHOICES = ("none", "ram", "disk")
 AUGMENT_ON_CHOICES = ("cpu", "device")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")  # turboyolo.train.loss.BOX_LOSSES
+BN_TRAIN_CHOICES = ("torch", "darknet")
 
 
 def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | None = None,
@@ -191,9 +192,11 @@ class LossArgs:
     """Target assignment, the anchors and the weights of the loss terms (also ``--hyp`` file keys)."""
 
     box_loss: str | None = option(None, "box regression loss (default: each [yolo]'s iou_loss when the cfg "
-                                  "names one, else giou); cfg = each [yolo]'s iou_loss, mse when absent, as "
-                                  "Darknet; the others replace it in every head (darknet = mse); the cfg's "
-                                  "iou_normalizer still weighs it", choices=BOX_LOSSES)
+                                  "names one, else giou); cfg = each [yolo]'s iou_loss, mse when absent; the "
+                                  "others replace it in every head; darknet = Darknet's own deltas (mse's "
+                                  "squared error, its x, y gradient without the logistic's derivative), "
+                                  "mse = the squared error's exact gradient; the cfg's iou_normalizer still "
+                                  "weighs it", choices=BOX_LOSSES)
     assign_iou_thresh: float | None = option(None, "also train every anchor whose shape IoU with a box "
                                              "exceeds this (AlexeyAB's iou_thresh; 1 = best anchor only, "
                                              "as pjreddie's Darknet; default: each [yolo]'s iou_thresh when "
@@ -288,6 +291,9 @@ class RuntimeArgs:
     freeze: int = option(0, "keep the first N layers (weights and BN statistics) as loaded", type=int)
     bn_momentum: float | None = option(None, "BatchNorm momentum, the weight of each mini-batch in the "
                                        "running statistics (default: 0.03; Darknet's is 0.01)", type=float)
+    bn_train: str = option("torch", "BatchNorm in training: torch (PyTorch's fused formula) or darknet "
+                           "(Darknet's: the unbiased variance, (x - mean) / (sqrt(var) + 1e-6), and its "
+                           "hand-written backward; slower; --sync-bn replaces it)", choices=BN_TRAIN_CHOICES)
     seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
 
     def check(self) -> None:
@@ -298,6 +304,8 @@ class RuntimeArgs:
         _require(self.clip_norm >= 0, "--clip-norm must be >= 0 (0: off)")
         _require(self.freeze >= 0, "--freeze must be >= 0 (a layer count)")
         _require(self.bn_momentum is None or 0 < self.bn_momentum < 1, "--bn-momentum must be in (0, 1)")
+        _require(self.bn_train in BN_TRAIN_CHOICES,
+                 f"--bn-train must be one of {', '.join(BN_TRAIN_CHOICES)}")
 
 
 @dataclass

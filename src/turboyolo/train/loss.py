@@ -13,10 +13,14 @@ does not depend on ``subdivisions``), per head and with the head's normalizers:
 * ``box``, by the head's ``iou_loss`` (or ``box_loss`` for all heads), ``w * h`` the box's share of the
   input:
 
-  - ``mse`` (``darknet``): ``n * 0.5 * (2 - w * h) * squared error`` of (x, y) in cell units after
-    sigmoid and ``scale_x_y``, and of (tw, th) against log(w / anchor) (with ``new_coords``:
-    sqrt(w / (4 anchor)), Darknet's target); ``n`` = ``iou_normalizer``, 1 when the cfg has none
-    (pjreddie's Darknet, turboyolo 0.1);
+  - ``mse``: ``n * 0.5 * (2 - w * h) * squared error`` of (x, y) in cell units after sigmoid and
+    ``scale_x_y``, and of (tw, th) against log(w / anchor) (with ``new_coords``: sqrt(w / (4 anchor)),
+    Darknet's target); ``n`` = ``iou_normalizer``, 1 when the cfg has none (pjreddie's Darknet, turboyolo
+    0.1), with autograd's exact gradient;
+  - ``darknet``: the same value, but the gradient of each raw output is Darknet's delta negated,
+    ``n * (2 - w * h) * (output - target)``: for x, y *without* the logistic's derivative, as
+    ``delta_yolo_box`` computes it and ``backward_yolo_layer`` passes it on (``max_delta`` clips it).
+    On ``new_coords`` heads, whose x, y have passed the logistic already, it is ``mse``;
   - ``iou``, ``giou``, ``diou``, ``ciou``: ``n * (1 - IoU variant)`` of the decoded box
     (:func:`turboyolo.boxes.aligned_iou`), ``n`` = ``iou_normalizer``; when the cfg has none, the
     small-box weight ``2 - w * h`` of turboyolo 0.1's ``--box-loss giou`` (AlexeyAB's default would be
@@ -34,15 +38,19 @@ does not depend on ``subdivisions``), per head and with the head's normalizers:
 Darknet's deltas ``target - p`` then pass back through that logistic, i.e. its objectness and class
 terms are ``0.5 * (p - target)^2``; so are turboyolo's. ``cls_normalizer`` has no effect: Darknet's yolo
 layer applies it only together with ``counters_per_class`` (yolo_layer.c, ``delta_yolo_class``), which
-turboyolo does not implement. Gradients are autograd's exact ones: where Darknet's hand-written deltas
-skip the sigmoid's derivative on x, y (and scale IoU gradients by exp(tw) without the anchor), the
-direction is the same but the magnitudes differ.
+turboyolo does not implement. Objectness and class gradients of logistic heads equal Darknet's deltas
+(binary cross-entropy on the logit: ``p - target``). Box gradients other than ``darknet``'s are autograd's
+exact ones: where Darknet's hand-written deltas skip the sigmoid's derivative on x, y (and scale IoU
+gradients by exp(tw) without the anchor), the direction is the same but the magnitudes differ.
+:meth:`YoloLoss.darknet_statistics` gives the figures Darknet prints per ``[yolo]`` layer.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +62,36 @@ from turboyolo.model.postprocess import cell_grid, decode_boxes
 LOSS_NAMES = ("box", "obj", "cls")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")
 MAX_LOG_WH = 10.0  # tw, th above this would overflow exp() in the loss's decode
+
+
+@dataclass
+class _Truth:
+    """The ground truth of a mini-batch in input pixels, with each box's best anchor (of all heads)."""
+
+    px: torch.Tensor  # [N, 4] cx, cy, w, h
+    image: torch.Tensor  # [N] batch index
+    cls: torch.Tensor  # [N]
+    shape_iou: torch.Tensor  # [N, all anchors]
+    best_anchor: torch.Tensor  # [N]
+    padded: torch.Tensor  # [B, M, 4] per image, on the outputs' device
+    valid: torch.Tensor  # [B, M]
+
+
+@dataclass
+class _Assigned:
+    """The ``n`` assignments of one head (each a ground truth and the prediction that learns it), and the
+    predictions whose "no object" penalty is ignored."""
+
+    image: torch.Tensor  # [n]
+    anchor: torch.Tensor  # [n] the head's local anchor index
+    gj: torch.Tensor  # [n] cell row
+    gi: torch.Tensor  # [n] cell column
+    truth: torch.Tensor  # [n, 4] cx, cy, w, h in input pixels
+    cls: torch.Tensor  # [n]
+    cells: torch.Tensor  # [n, 2] (gi, gj) as floats
+    anchor_wh: torch.Tensor  # [n, 2]
+    stride: torch.Tensor  # [2] input pixels per cell (x, y)
+    ignore: torch.Tensor  # [B, A, H, W] bool
 
 
 class YoloLoss:
@@ -95,9 +133,10 @@ class YoloLoss:
         self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def box_kind(self, head: HeadInfo) -> str:
-        """The box term of ``head``: mse, iou, giou, diou or ciou."""
+        """The box term of ``head``: darknet, mse, iou, giou, diou or ciou (``darknet`` is ``mse`` on a
+        ``new_coords`` head, whose x, y outputs have already passed the logistic)."""
         kind = head.iou_loss if self.box_loss == "cfg" else self.box_loss
-        return "mse" if kind == "darknet" else kind
+        return "mse" if kind == "darknet" and head.new_coords else kind
 
     def __call__(
         self, outputs: Sequence[torch.Tensor], targets: torch.Tensor, input_hw: tuple[int, int]
@@ -113,91 +152,142 @@ class YoloLoss:
             ``total``: scalar, the weighted sum of the terms, summed over the mini-batch's images;
             ``terms``: ``[3]`` detached (box, obj, cls), also sums.
         """
-        # Assignment is index bookkeeping on the (small) targets: it runs where the targets are (the
-        # loader's CPU tensor) so the accelerator never waits on nonzero()/max(); results move once.
-        device = outputs[0].device
-        height, width = input_hw
-        batch_size = outputs[0].shape[0]
-        targets = targets.float()
-        host = targets.device
-        scale_px = torch.tensor([width, height, width, height], dtype=torch.float32, device=host)
-        gt_px = targets[:, 2:6] * scale_px  # [N, 4] cx, cy, w, h in input pixels
-        gt_image = targets[:, 0].long()
-        gt_class = targets[:, 1].long()
-        shape_iou = wh_iou(gt_px[:, 2:], self.all_anchors.to(host))  # [N, all anchors]
-        best_anchor = shape_iou.argmax(1) if len(targets) else torch.zeros(0, dtype=torch.long, device=host)
-        gt_padded, gt_valid = _pad_per_image(gt_px, gt_image, batch_size)
-        gt_padded = gt_padded.to(device, non_blocking=True)
-        gt_valid = gt_valid.to(device, non_blocking=True)
-
+        truth = self._truth(targets, input_hw, outputs[0].shape[0], outputs[0].device)
         zero = outputs[0].new_zeros((), dtype=torch.float32)
         box, obj, cls = zero.clone(), zero.clone(), zero.clone()
         for head, raw in zip(self.heads, outputs, strict=False):
             p = raw.float()
-            _, num_anchors, grid_h, grid_w, _ = p.shape
-            stride = torch.tensor([width / grid_w, height / grid_h], device=device)
-            anchors = head.anchor_tensor(device)
-
-            # Which anchors/cells are assigned to a ground truth.
-            mask_ids = torch.tensor(head.mask, device=host)
-            hit = best_anchor[:, None] == mask_ids[None]  # [N, A]
-            if self.anchor_ratio > 0:
-                ratio = gt_px[:, None, 2:] / self.all_anchors.to(host)[mask_ids][None]  # [N, A, 2]
-                hit = torch.max(ratio, 1.0 / ratio).amax(-1) < self.anchor_ratio
-            iou_thresh = head.iou_thresh if self.iou_thresh is None else self.iou_thresh
-            if iou_thresh < 1.0:
-                hit |= shape_iou[:, mask_ids] > iou_thresh
-            sel, local_anchor = hit.nonzero(as_tuple=True)
-            g = gt_px[sel]
-            gi = (g[:, 0] / (width / grid_w)).long().clamp(0, grid_w - 1)
-            gj = (g[:, 1] / (height / grid_h)).long().clamp(0, grid_h - 1)
-            b, c = gt_image[sel], gt_class[sel]
-            b, c, g, gi, gj, local_anchor = (
-                t.to(device, non_blocking=True) for t in (b, c, g, gi, gj, local_anchor)
-            )
-
-            # Ignore mask: predictions that already overlap some ground truth well.
-            with torch.no_grad():
-                grid = cell_grid(grid_h, grid_w, device)
-                pred_boxes = decode_boxes(
-                    p[..., :4], head, grid, anchors.view(1, -1, 1, 1, 2), stride, MAX_LOG_WH
-                )
-                ignore = torch.zeros(p.shape[:4], dtype=torch.bool, device=device)
-                if gt_padded.shape[1]:
-                    predicted = cxcywh_to_xyxy(pred_boxes.view(batch_size, -1, 4))
-                    iou = box_iou(predicted, cxcywh_to_xyxy(gt_padded))  # [B, P, M]
-                    iou = iou.masked_fill(~gt_valid[:, None, :], 0.0)
-                    ignore = (iou.amax(-1) > head.ignore_thresh).view(p.shape[:4])
-
-            obj_target = torch.zeros(p.shape[:4], device=device)
-            obj_weight = (~ignore).float()
-            obj_weight[b, local_anchor, gj, gi] = 1.0
-            if len(sel):
-                ps = p[b, local_anchor, gj, gi]  # [n, 5 + C]
-                cells = torch.stack([gi, gj], 1).float()
-                box_weight = 2.0 - (g[:, 2] * g[:, 3]) / (width * height)
+            a = self._assign(head, p, truth, input_hw)
+            obj_target = torch.zeros(p.shape[:4], device=p.device)
+            obj_weight = (~a.ignore).float()
+            obj_weight[a.image, a.anchor, a.gj, a.gi] = 1.0
+            if len(a.image):
+                ps = p[a.image, a.anchor, a.gj, a.gi]  # [n, 5 + C]
+                box_weight = 2.0 - (a.truth[:, 2] * a.truth[:, 3]) / (input_hw[0] * input_hw[1])
                 box = box + self._box_term(
-                    head, ps[:, :4], g, cells, anchors[local_anchor], stride, box_weight
+                    head, ps[:, :4], a.truth, a.cells, a.anchor_wh, a.stride, box_weight
                 )
                 target = 1.0
                 if self.obj_iou:
                     with torch.no_grad():
-                        pred = decode_boxes(ps[:, :4], head, cells, anchors[local_anchor], stride, MAX_LOG_WH)
-                        target = aligned_iou(pred, g, "giou").clamp(min=0.0)
-                obj_target[b, local_anchor, gj, gi] = target
+                        pred = decode_boxes(ps[:, :4], head, a.cells, a.anchor_wh, a.stride, MAX_LOG_WH)
+                        target = aligned_iou(pred, a.truth, "giou").clamp(min=0.0)
+                obj_target[a.image, a.anchor, a.gj, a.gi] = target
             obj = (
                 obj
                 + head.obj_normalizer * (_probability_loss(head, p[..., 4], obj_target) * obj_weight).sum()
             )
-            if not len(sel):
+            if not len(a.image):
                 continue
-            cls_target = F.one_hot(c, head.num_classes).float()
+            cls_target = F.one_hot(a.cls, head.num_classes).float()
             if self.label_smoothing:
                 cls_target = cls_target * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
             cls = cls + _probability_loss(head, ps[:, 5:], cls_target).sum()
 
         terms = torch.stack([box * self.gains[0], obj * self.gains[1], cls * self.gains[2]])
         return terms.sum(), terms.detach()
+
+    @torch.no_grad()
+    def darknet_statistics(
+        self, outputs: Sequence[torch.Tensor], targets: torch.Tensor, input_hw: tuple[int, int]
+    ) -> list[dict[str, float]]:
+        """What Darknet's ``[yolo]`` layer prints for a mini-batch, per head (``Region N Avg IOU: ...``).
+
+        Keys: ``avg_iou`` (IoU of each assigned prediction's box with its ground truth, averaged),
+        ``class`` (probability of the true class there), ``obj`` (objectness there), ``no_obj``
+        (objectness averaged over every prediction of the head), ``recall50`` / ``recall75`` (share of
+        assignments with IoU > .5 / > .75), ``count`` (assignments: with pjreddie's best-anchor rule,
+        the ground truths this head predicts) and ``cost``: Darknet's ``l.cost``, the sum of the squared
+        deltas, which are the negative gradient of this loss (gains 1) with respect to the raw outputs.
+        Darknet prints as the iteration's loss the mean over heads of ``cost``, divided by the images of
+        the mini-batch and averaged over the mini-batches of the iteration. ``nan`` where Darknet prints
+        ``-nan`` (a head without assignments).
+        """
+        raw = [o.detach().float().requires_grad_(True) for o in outputs]
+        unweighted = copy.copy(self)
+        unweighted.gains = (1.0, 1.0, 1.0)
+        with torch.enable_grad():
+            total, _ = unweighted(raw, targets, input_hw)
+            grads = torch.autograd.grad(total, raw, allow_unused=True)
+        truth = self._truth(targets, input_hw, raw[0].shape[0], raw[0].device)
+        result = []
+        for head, p, grad in zip(self.heads, raw, grads, strict=False):
+            a = self._assign(head, p.detach(), truth, input_hw)
+            values = torch.sigmoid(p.detach()) if not head.new_coords else p.detach()
+            ps = p.detach()[a.image, a.anchor, a.gj, a.gi]
+            pred = decode_boxes(ps[:, :4], head, a.cells, a.anchor_wh, a.stride, MAX_LOG_WH)
+            iou = aligned_iou(pred, a.truth, "iou")
+            probs = values[a.image, a.anchor, a.gj, a.gi]
+            count = len(a.image)
+            result.append({
+                "avg_iou": _mean(iou),
+                "class": _mean(probs[torch.arange(count, device=p.device), 5 + a.cls]),
+                "obj": _mean(probs[:, 4]),
+                "no_obj": float(values[..., 4].mean()),
+                "recall50": _mean((iou > 0.5).float()),
+                "recall75": _mean((iou > 0.75).float()),
+                "count": count,
+                "cost": float(grad.square().sum()) if grad is not None else 0.0,
+            })
+        return result
+
+    def _truth(self, targets: torch.Tensor, input_hw: tuple[int, int], batch_size: int,
+               device: torch.device) -> _Truth:
+        # Assignment is index bookkeeping on the (small) targets: it runs where the targets are (the
+        # loader's CPU tensor) so the accelerator never waits on nonzero()/max(); results move once.
+        height, width = input_hw
+        targets = targets.float()
+        host = targets.device
+        scale_px = torch.tensor([width, height, width, height], dtype=torch.float32, device=host)
+        gt_px = targets[:, 2:6] * scale_px  # [N, 4] cx, cy, w, h in input pixels
+        gt_image = targets[:, 0].long()
+        shape_iou = wh_iou(gt_px[:, 2:], self.all_anchors.to(host))  # [N, all anchors]
+        best_anchor = shape_iou.argmax(1) if len(targets) else torch.zeros(0, dtype=torch.long, device=host)
+        gt_padded, gt_valid = _pad_per_image(gt_px, gt_image, batch_size)
+        return _Truth(gt_px, gt_image, targets[:, 1].long(), shape_iou, best_anchor,
+                      gt_padded.to(device, non_blocking=True), gt_valid.to(device, non_blocking=True))
+
+    def _assign(self, head: HeadInfo, p: torch.Tensor, truth: _Truth, input_hw: tuple[int, int]) -> _Assigned:
+        """Which predictions of ``head`` (raw ``p`` ``[B, A, H, W, 5 + C]``) train on which ground truth,
+        and which get no "no object" penalty."""
+        device, host = p.device, truth.px.device
+        height, width = input_hw
+        batch_size, num_anchors, grid_h, grid_w, _ = p.shape
+        stride = torch.tensor([width / grid_w, height / grid_h], device=device)
+        anchors = head.anchor_tensor(device)
+
+        # Which anchors/cells are assigned to a ground truth.
+        mask_ids = torch.tensor(head.mask, device=host)
+        hit = truth.best_anchor[:, None] == mask_ids[None]  # [N, A]
+        if self.anchor_ratio > 0:
+            ratio = truth.px[:, None, 2:] / self.all_anchors.to(host)[mask_ids][None]  # [N, A, 2]
+            hit = torch.max(ratio, 1.0 / ratio).amax(-1) < self.anchor_ratio
+        iou_thresh = head.iou_thresh if self.iou_thresh is None else self.iou_thresh
+        if iou_thresh < 1.0:
+            hit |= truth.shape_iou[:, mask_ids] > iou_thresh
+        sel, local_anchor = hit.nonzero(as_tuple=True)
+        g = truth.px[sel]
+        gi = (g[:, 0] / (width / grid_w)).long().clamp(0, grid_w - 1)
+        gj = (g[:, 1] / (height / grid_h)).long().clamp(0, grid_h - 1)
+        b, c = truth.image[sel], truth.cls[sel]
+        b, c, g, gi, gj, local_anchor = (
+            t.to(device, non_blocking=True) for t in (b, c, g, gi, gj, local_anchor)
+        )
+
+        # Ignore mask: predictions that already overlap some ground truth well.
+        with torch.no_grad():
+            grid = cell_grid(grid_h, grid_w, device)
+            pred_boxes = decode_boxes(
+                p[..., :4], head, grid, anchors.view(1, -1, 1, 1, 2), stride, MAX_LOG_WH
+            )
+            ignore = torch.zeros(p.shape[:4], dtype=torch.bool, device=device)
+            if truth.padded.shape[1]:
+                predicted = cxcywh_to_xyxy(pred_boxes.view(batch_size, -1, 4))
+                iou = box_iou(predicted, cxcywh_to_xyxy(truth.padded))  # [B, P, M]
+                iou = iou.masked_fill(~truth.valid[:, None, :], 0.0)
+                ignore = (iou.amax(-1) > head.ignore_thresh).view(p.shape[:4])
+        cells = torch.stack([gi, gj], 1).float()
+        return _Assigned(b, local_anchor, gj, gi, g, c, cells, anchors[local_anchor], stride, ignore)
 
     def _box_term(
         self,
@@ -212,7 +302,7 @@ class YoloLoss:
         """The box loss of the assigned predictions: ``raw`` ``[n, 4]`` (tx, ty, tw, th), ``truth``
         ``[n, 4]`` cx, cy, w, h in pixels, ``cells`` ``[n, 2]``, ``anchor_wh`` ``[n, 2]``; a scalar."""
         kind = self.box_kind(head)
-        if kind == "mse":
+        if kind in ("mse", "darknet"):
             normalizer = head.iou_normalizer if head.iou_normalizer is not None else 1.0
             scale = head.scale_x_y
             if head.new_coords:
@@ -222,8 +312,18 @@ class YoloLoss:
             if scale != 1.0:
                 xy = xy * scale - 0.5 * (scale - 1.0)
             target_xy = truth[:, :2] / stride - cells
-            err = (xy - target_xy).pow(2).sum(1) + (raw[:, 2:4] - target_wh).pow(2).sum(1)
-            return (0.5 * normalizer * box_weight * err).sum()
+            weight = (normalizer * box_weight)[:, None]
+            err = torch.cat([xy - target_xy, raw[:, 2:4] - target_wh], 1)  # [n, 4]
+            value = (0.5 * weight * err.pow(2)).sum()
+            if kind == "mse":
+                return value
+            # Darknet's deltas: weight * (target - output) per coordinate, passed back as the gradient of
+            # the raw outputs: for x, y without the logistic's derivative (delta_yolo_box, then
+            # backward_yolo_layer adds l.delta as it is). The value stays the squared error.
+            grad = (weight * err).detach()
+            if not math.isinf(head.max_delta):
+                grad = grad.clamp(-head.max_delta, head.max_delta)
+            return value.detach() + (raw * grad).sum() - (raw.detach() * grad).sum()
         weight = head.iou_normalizer if head.iou_normalizer is not None else box_weight
 
         def term(r: torch.Tensor) -> torch.Tensor:
@@ -233,6 +333,11 @@ class YoloLoss:
         if math.isinf(head.max_delta):
             return term(raw)
         return _with_clipped_gradient(raw, term, head.max_delta)
+
+
+def _mean(values: torch.Tensor) -> float:
+    """Mean as a float; ``nan`` for no values (Darknet divides by a count of 0 and prints ``-nan``)."""
+    return float(values.sum()) / len(values) if len(values) else float("nan")
 
 
 def _probability_loss(head: HeadInfo, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

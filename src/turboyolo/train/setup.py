@@ -17,6 +17,7 @@ from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_anchor_list, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
+from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
 from turboyolo.rundir import next_run_dir
@@ -236,10 +237,11 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
     frozen = tuple(model.layers[: runtime.freeze])
     for param in (p for module in frozen for p in module.parameters()):
         param.requires_grad_(False)
-    if runtime.bn_momentum is not None:
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.momentum = runtime.bn_momentum
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d) and runtime.bn_momentum is not None:
+            module.momentum = runtime.bn_momentum
+        if isinstance(module, DarknetBatchNorm2d):
+            module.darknet_training = runtime.bn_train == "darknet"
     if runtime.sync_bn and env.enabled:
         model = distributed.convert_sync_batchnorm(model, device)
     model.to(device)
