@@ -1,6 +1,6 @@
 """The tables of ``bench/results/defaults_250.csv`` (rows written by bench/defaults_250.py and
-bench/pyyolo_250.py): per data set, network and variant, mAP@0.5 at 416 per seed (the ``changes`` column of the CSV says what
-each variant changed).
+bench/pyyolo_250.py): per data set, network and variant, mAP@0.5 at 416 per seed (the CSV's ``changes``
+column says what each variant changed).
 
 A row's score is ``best.pt`` re-evaluated at 416 (``last`` for PyTorch-YOLOv3, which keeps no best); the
 mean is over every seed present.
