@@ -1,4 +1,5 @@
-"""The small public Python API: load a model, detect on arrays or image files, train.
+"""The small public Python API: load a model, detect on arrays or image files, train (``turboyolo.load``,
+``turboyolo.detect`` and ``turboyolo.train`` are these functions).
 
 >>> import turboyolo
 >>> model = turboyolo.load("yolov3-tiny")                   # doctest: +SKIP
@@ -20,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.infer.predict import Prediction, Predictor
-from turboyolo.train.fit import FitResult, train  # noqa: F401  (turboyolo.train(...) calls the same)
+from turboyolo.train.config import TrainConfig
+from turboyolo.train.fit import FitResult, fit
 
 ImageLike = str | Path | np.ndarray
 
@@ -84,3 +86,18 @@ def detect(
         chunk = arrays[start : start + batch_size]
         results += model.predict_arrays(chunk, conf_thres, nms_thres, max_det=max_det, **kwargs)
     return results
+
+
+def train(cfg: str | Path | None = None, data: str | Path | None = None, weights: str | Path | None = None, *,
+          resume: str | Path | None = None, quiet: bool = False, **options) -> FitResult:
+    """Train from Python: ``turboyolo.train(cfg="my.cfg", data="my.data", weights="yolov3-tiny.weights",
+    epochs=50, cache="ram")``.
+
+    ``options`` are the flags of ``turboyolo train`` by their Python names (``img_size``, ``cache``,
+    ``max_batches``, ``evaluation_interval``, ...; see :mod:`turboyolo.train.config`). Returns the
+    :class:`~turboyolo.train.fit.FitResult`: the run directory, the last evaluation's metrics, the best
+    fitness, iterations, epochs, training minutes and why the run stopped.
+    """
+    config = TrainConfig.build(str(cfg or ""), str(data or ""), str(weights) if weights else None,
+                               str(resume) if resume else None, **options)
+    return fit(config, quiet=quiet)

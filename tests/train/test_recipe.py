@@ -68,7 +68,7 @@ def test_time_limit_warns_when_it_cuts_the_schedule_short():
 
 
 def test_patience_stops_at_the_right_epoch(tmp_path, monkeypatch, capsys):
-    import turboyolo.train.fit as fit_module
+    from turboyolo.train import fit as fit_module
 
     # fitness by evaluation (every epoch): best at epoch 2; with --patience 3 the run stops after epoch 5
     map50_95 = iter([0.1, 0.3, 0.2, 0.25, 0.29, 0.5, 0.5])

@@ -337,17 +337,3 @@ def finish_outputs(state: TrainState, spec: ModelSpec, weights_dir: Path, run_di
         f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; "
         f"TensorBoard: {run_dir / 'tensorboard'}")
 
-
-def train(cfg: str | Path | None = None, data: str | Path | None = None, weights: str | Path | None = None, *,
-          resume: str | Path | None = None, quiet: bool = False, **options) -> FitResult:
-    """Train from Python: ``turboyolo.train(cfg="my.cfg", data="my.data", weights="yolov3-tiny.weights",
-    epochs=50, cache="ram")``.
-
-    ``options`` are the flags of ``turboyolo train`` by their Python names (``img_size``, ``cache``,
-    ``max_batches``, ``evaluation_interval``, ...; see :mod:`turboyolo.train.config`). Returns the
-    :class:`FitResult`: the run directory, the last evaluation's metrics, the best fitness, iterations,
-    epochs, training minutes and why the run stopped.
-    """
-    config = TrainConfig.build(str(cfg or ""), str(data or ""), str(weights) if weights else None,
-                               str(resume) if resume else None, **options)
-    return fit(config, quiet=quiet)
