@@ -112,8 +112,8 @@ def main() -> int:
     from turboyolo.model.loading import read_checkpoint
     from turboyolo.model.zoo import make_spec
     from turboyolo.train.config import TrainConfig, read_config
-    from turboyolo.train.evaluation import TestOptions, test_weights
     from turboyolo.train.fit import fit
+    from turboyolo.train.testing import TestOptions, test_weights
 
     data = data_file(args.data)
     num_classes = len(load_data_config(data).names)

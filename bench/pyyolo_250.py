@@ -100,7 +100,7 @@ def main() -> int:
 
     from turboyolo import assets
     from turboyolo.formats.datasets import load_data_config
-    from turboyolo.train.evaluation import TestOptions, test_weights
+    from turboyolo.train.testing import TestOptions, test_weights
 
     data = data_file(args.data)
     num_classes = len(load_data_config(data).names)

@@ -75,7 +75,7 @@ def main() -> int:
     from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
     from turboyolo.train.config import read_config
-    from turboyolo.train.evaluation import TestOptions, test_weights
+    from turboyolo.train.testing import TestOptions, test_weights
 
     nms = read_config("trees")["nms_thres"]  # as the demo evaluates
     data = build(Path(args.out))

@@ -13,9 +13,9 @@ from turboyolo.cli import main as cli
 from turboyolo.errors import FlagError
 from turboyolo.model.zoo import make_spec
 from turboyolo.train.config import RECIPES, TrainConfig, read_config
+from turboyolo.train.defaults import resolve
 from turboyolo.train.optim import Schedule, lr_at
 from turboyolo.train.plan import make_plan
-from turboyolo.train.recipe import resolve
 from turboyolo.train.setup import apply_overrides
 
 

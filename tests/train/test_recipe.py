@@ -15,11 +15,13 @@ from synth import make_dataset, make_image_folder, micro_cfg
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_cfg
 from turboyolo.model.darknet import Darknet
+from turboyolo.train.anchors import check_anchors
 from turboyolo.train.config import HYP_OPTIONS, TrainConfig
+from turboyolo.train.defaults import resolve
 from turboyolo.train.engine import TrainState
 from turboyolo.train.fit import StopRule, fit, mixing
+from turboyolo.train.loaders import image_weights
 from turboyolo.train.loss import YoloLoss
-from turboyolo.train.recipe import check_anchors, image_weights, resolve
 
 
 def _config(cfg, data, project, **changes) -> TrainConfig:

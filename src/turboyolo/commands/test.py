@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.train.evaluation import TestOptions, test_weights
+    from turboyolo.train.testing import TestOptions, test_weights
 
     options = TestOptions(cfg=args.cfg, split=args.split, img_size=args.img_size, batch_size=args.batch_size,
                           workers=args.workers, conf_thres=args.conf_thres, iou_thres=args.iou_thres,

@@ -23,6 +23,7 @@ from turboyolo.formats.darknet_weights import (
     write_weights,
 )
 from turboyolo.model.darknet import Darknet
+from turboyolo.model.zoo import with_classes
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # What --resume reads from a checkpoint (turboyolo.train.checkpoint writes these and more), with their types.
@@ -235,15 +236,13 @@ def _model_for_size(spec: ModelSpec, floats: int, path, leftover: int = 0) -> Da
     A Darknet network's float count is linear in the class count (only the head convolutions depend on
     it), so two layouts give it for every class count: no search over models.
     """
-    from turboyolo.model.zoo import with_num_classes
-
     own = _layout(spec)
     if not leftover and sum(n for _, n in own) == floats:
         return Darknet(spec)
-    one = sum(n for _, n in _layout(with_num_classes(spec, 1)))
-    per_class = sum(n for _, n in _layout(with_num_classes(spec, 2))) - one
+    one = sum(n for _, n in _layout(with_classes(spec, 1)))
+    per_class = sum(n for _, n in _layout(with_classes(spec, 2))) - one
     if not leftover and per_class > 0 and floats >= one and (floats - one) % per_class == 0:
-        candidate = with_num_classes(spec, 1 + (floats - one) // per_class)
+        candidate = with_classes(spec, 1 + (floats - one) // per_class)
         if sum(n for _, n in _layout(candidate)) == floats:
             return Darknet(candidate)
     raise WeightsError(_size_mismatch(spec, own, floats, path, leftover, one, per_class))

@@ -1,4 +1,5 @@
-"""The ``turboyolo anchors`` job: anchors fitted to a data set's boxes, compared with the ones a cfg trains.
+"""Anchors against a data set's boxes: the ``turboyolo anchors`` job (anchors fitted to the boxes, compared
+with the ones a cfg trains) and the check at the start of a run (:func:`check_anchors`, ``--autoanchor``).
 
 The fitting itself (letterbox box sizes, k-means with 1 - IoU, mean IoU / recall / used) is
 :mod:`turboyolo.data.anchors`; this module adds what needs the model side too: the cfg's current
@@ -9,14 +10,21 @@ import each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from turboyolo.data.anchors import AnchorFit, anchor_fit, kmeans_anchors, letterbox_box_sizes
+from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.errors import ConfigError, DataError, FlagError
+from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, write_cfg
+from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
+from turboyolo.train.defaults import first_yolo
+
+ANCHOR_IOU = 0.5  # a box is coverable when its best anchor reaches this shape IoU (`turboyolo anchors`)
+MIN_BPR = 0.98  # below this best-possible recall the check warns (Ultralytics' threshold)
 
 
 @dataclass
@@ -86,14 +94,10 @@ def anchor_report(
         FlagError: ``num`` < 1, a bad ``img_size``, ``thresh`` outside (0, 1].
         DataError: the split has no boxes, or fewer distinct box sizes than ``num``.
     """
-    from turboyolo.data.scan import scan_dataset
-    from turboyolo.formats.darknet_cfg import YoloSpec, parse_cfg, write_cfg
-    from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
-
     spec = parse_cfg(cfg) if cfg else None
     current, current_name = None, ""
     if spec is not None:
-        yolo = next((layer for layer in spec.layers if isinstance(layer, YoloSpec)), None)
+        yolo = first_yolo(spec)
         if yolo is None:
             raise ConfigError(f"{cfg}: no [yolo] layer, so no anchors to compare with")
         current, current_name = yolo.anchors, Path(cfg).name
@@ -132,3 +136,48 @@ def anchor_report(
     if output:
         report.written = write_cfg(with_anchors(spec, tuple(map(tuple, fitted.anchors))), output)
     return report
+
+
+# ------------------------------------------------------------------------------ the check at a run's start
+def check_anchors(spec: ModelSpec, samples: Sequence[Sample], *, autoanchor: bool, data: str, cfg: str,
+                  say: Callable[..., None]) -> ModelSpec:
+    """Print how well the cfg's anchors cover the training boxes at the training size; below
+    :data:`MIN_BPR` warn (or with ``autoanchor`` fit new anchors and return the cfg with them).
+
+    The figures are those of ``turboyolo anchors`` (:func:`turboyolo.data.anchors.anchor_fit`, shape
+    IoU >= :data:`ANCHOR_IOU`). New anchors keep the pretrained heads useful: box outputs are relative to
+    the anchor.
+    """
+    yolo = first_yolo(spec)
+    labelled = [s for s in samples if len(s.labels)]
+    if yolo is None or not labelled or any(s.hw is None for s in labelled):
+        return spec
+    net = spec.net
+    sizes = letterbox_box_sizes([s.labels for s in labelled], [s.hw for s in labelled],
+                                (net.width, net.height))
+    current = anchor_fit(sizes, yolo.anchors, ANCHOR_IOU)
+    say(f"anchors: {_figures(current)} on {len(sizes)} training boxes at {net.width}x{net.height}")
+    if current.recall >= MIN_BPR:
+        return spec
+    if not autoanchor:
+        say(f"warning: the anchors cover the training boxes poorly (best-possible recall "
+            f"{current.recall:.1%} < {MIN_BPR:.0%}); fit new ones with `turboyolo anchors --data {data} "
+            f"--cfg {cfg}` and give them to --anchors, or leave --autoanchor on (the default) and no "
+            "--anchors")
+        return spec
+    try:
+        fitted = kmeans_anchors(sizes, len(yolo.anchors), seed=0, thresh=ANCHOR_IOU)
+    except ValueError as err:
+        say(f"autoanchor: cannot fit {len(yolo.anchors)} anchors ({err}); keeping the cfg's")
+        return spec
+    if (fitted.recall, fitted.mean_iou) <= (current.recall, current.mean_iou):
+        say(f"autoanchor: k-means anchors are no better ({_figures(fitted)}); keeping the cfg's")
+        return spec
+    say(f"autoanchor: training with anchors fitted to the boxes ({_figures(fitted)}): {fitted.text()} "
+        "(written to the run's model.cfg)")
+    return with_anchors(spec, tuple(map(tuple, fitted.anchors)))
+
+
+def _figures(fit: AnchorFit) -> str:
+    return (f"best-possible recall {fit.recall:.1%} (IoU >= {fit.thresh:g}), mean IoU {fit.mean_iou:.3f}, "
+            f"{fit.used}/{len(fit.anchors)} anchors used")

@@ -37,12 +37,12 @@ from turboyolo.model.loading import (
 from turboyolo.train import distributed
 from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict
 from turboyolo.train.config import TrainConfig
+from turboyolo.train.defaults import describe
 from turboyolo.train.engine import EpochStats, StepOptions, TrainState, evaluate, train_one_epoch
 from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
 from turboyolo.train.loaders import RunData
 from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.metrics import EvalResult
-from turboyolo.train.recipe import describe
 from turboyolo.train.setup import Run, build_state, check_batching, fit_to_data, load_data, open_run, run_plan
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation

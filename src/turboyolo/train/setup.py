@@ -22,14 +22,15 @@ from turboyolo.model.loading import init_head_priors, load_pretrained, read_trai
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
 from turboyolo.rundir import next_run_dir
 from turboyolo.train import distributed
+from turboyolo.train.anchors import check_anchors
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import RESUMABLE, TrainConfig
+from turboyolo.train.defaults import resolve
 from turboyolo.train.engine import TrainState
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
 from turboyolo.train.plan import Plan, legacy_plan, make_plan, refit
-from turboyolo.train.recipe import check_anchors, resolve
 
 
 @dataclass

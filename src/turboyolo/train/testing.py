@@ -1,4 +1,4 @@
-"""``turboyolo test``: evaluate Darknet weights or a checkpoint on one split of a data set."""
+"""The ``turboyolo test`` job: Darknet weights or a checkpoint evaluated on one split of a data set."""
 
 from __future__ import annotations
 
