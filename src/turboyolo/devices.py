@@ -7,6 +7,7 @@ Every command and the Python API accept the same spellings: ``auto`` (CUDA when 
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from turboyolo.errors import FlagError
@@ -15,6 +16,14 @@ if TYPE_CHECKING:
     import torch
 
 AMP_CHOICES = ("auto", "off", "bf16", "fp16")
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def resolve_device(name: str | int | torch.device | None = "auto") -> torch.device:

@@ -77,7 +77,8 @@ class StepOptions:
     say: Callable[[str], object] = print  # where a skipped iteration is named
 
 
-def _autocast(options: StepOptions):
+def autocast(options: StepOptions):
+    """Mixed precision as ``options.amp_dtype`` says (nothing when ``None``)."""
     if options.amp_dtype is None:
         return nullcontext()
     return torch.autocast(options.device.type, dtype=options.amp_dtype)
@@ -154,7 +155,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
         with _no_sync(state, last_micro):
-            with _autocast(options):
+            with autocast(options):
                 outputs = (state.forward or model)(x)
             total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]))
             loss = total / state.images_per_iteration
@@ -312,7 +313,7 @@ def evaluate(
     options = StepOptions(device=device, amp_dtype=amp_dtype)
     for images, _, metas in loader:
         x = move_to_device(images, device)
-        with _autocast(options):
+        with autocast(options):
             outputs = model(x)
         decoded = decode(outputs, model.heads)
         letterboxes = [Letterbox.from_meta(m) for m in metas]
