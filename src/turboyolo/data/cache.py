@@ -368,10 +368,11 @@ def _build(samples: Sequence[Sample], size: int, root: Path | None, memory: str,
     return cache
 
 
-def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("train", "val"),
-                    out: str | Path | None = None, workers: int | None = None,
-                    log: Callable[[str], object] = print) -> dict[str, PreparedCache]:
-    """``turboyolo prepare``: decode every image of ``splits`` once into its prepared (disk) cache.
+def run_prepare(data: str | Path, img_size: int, splits: Sequence[str] = ("train", "val"),
+                out: str | Path | None = None, workers: int | None = None,
+                log: Callable[[str], object] = lambda _: None) -> dict[str, PreparedCache]:
+    """``turboyolo prepare``: decode every image of ``splits`` once into its prepared (disk) cache; ``log``
+    receives each split's scan summary and progress.
 
     Args:
         data: a .data, data.yaml or image folder.

@@ -52,8 +52,8 @@ def resolve(config: TrainConfig, spec: ModelSpec) -> TrainConfig:
         loss_values["label_smoothing"] = float(dict(yolo.extra).get("label_smooth_eps", 0.0)) if yolo else 0.0
     if loss.box_loss is None:
         loss_values["box_loss"] = "cfg" if any(h.iou_loss for h in heads) else DEFAULT_BOX_LOSS
-    if loss.assign_iou_thresh is None and not any(h.iou_thresh is not None for h in heads):
-        loss_values["assign_iou_thresh"] = DEFAULT_ASSIGN_IOU  # else None: each head's own iou_thresh
+    if loss.assign_iou_thres is None and not any(h.iou_thresh is not None for h in heads):
+        loss_values["assign_iou_thres"] = DEFAULT_ASSIGN_IOU  # else None: each head's own iou_thresh
     if runtime.bn_momentum is None:
         runtime = dataclasses.replace(runtime, bn_momentum=DEFAULT_BN_MOMENTUM)
     return dataclasses.replace(config, augment=augment, loss=dataclasses.replace(loss, **loss_values),
