@@ -8,12 +8,10 @@ Every command and the Python API accept the same spellings: ``auto`` (CUDA when 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+
+import torch
 
 from turboyolo.errors import FlagError
-
-if TYPE_CHECKING:
-    import torch
 
 AMP_CHOICES = ("auto", "off", "bf16", "fp16")
 
@@ -29,8 +27,6 @@ def usable_cpus() -> int:
 def resolve_device(name: str | int | torch.device | None = "auto") -> torch.device:
     """``--device`` -> ``torch.device``; raises :class:`FlagError` for a name torch does not know
     or a GPU that is not there."""
-    import torch  # here, not at the top: the CLI builds its parser without importing torch
-
     if isinstance(name, torch.device):
         return name
     text = "auto" if name is None else str(name).strip().lower()
@@ -53,8 +49,6 @@ def resolve_device(name: str | int | torch.device | None = "auto") -> torch.devi
 
 def amp_dtype_for(device: torch.device, amp: str) -> torch.dtype | None:
     """``--amp``: off | bf16 | fp16 | auto (bf16 where the GPU has it, else fp16; off on CPU)."""
-    import torch
-
     if amp not in AMP_CHOICES:
         raise FlagError(f"--amp {amp!r}: use one of {', '.join(AMP_CHOICES)}")
     if amp == "off" or (amp == "auto" and device.type != "cuda"):

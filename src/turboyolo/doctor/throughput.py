@@ -16,6 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
+import torch
+
+from turboyolo.data.augment import AugmentParams
+from turboyolo.data.cache import prepare_cache
+from turboyolo.data.pipeline import build_loader
+from turboyolo.data.scan import scan_dataset
+
 
 @dataclass
 class Measurement:
@@ -123,14 +131,6 @@ def run_bench(
         :class:`Measurement` keyed by (``cold``/``warm``, ``augment``/``no augment``/``device augment``),
         and ``"handoff_ms"``: main-process ms per image.
     """
-    import cv2
-    import torch
-
-    from turboyolo.data.augment import AugmentParams
-    from turboyolo.data.cache import prepare_cache
-    from turboyolo.data.pipeline import build_loader
-    from turboyolo.data.scan import scan_dataset
-
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
     scan = scan_dataset(data, split)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_anchor_list
@@ -498,8 +500,6 @@ def read_config(path: str | Path) -> dict[str, Any]:
     sample), with ``cfg``, ``data`` and ``weights`` if it names them. Relative paths that do
     not exist from the working directory are taken from the file's folder. ``given``, ``plan`` (what a
     run derived) and ``resume`` are not read: a recipe starts a new run."""
-    import yaml
-
     path = Path(path)
     if not path.exists() and str(path) in RECIPES:
         path = RECIPES[str(path)]
@@ -537,8 +537,6 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
     """The option values of a ``--hyp`` YAML file: flat (``mosaic: 0.5``) or grouped as in a run's
     ``config.yaml`` (``augment: {mosaic: 0.5}``, ``loss: {...}``; a whole ``config.yaml`` works, its
     other sections are not read); keys are :data:`HYP_OPTIONS`."""
-    import yaml
-
     try:
         loaded = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:

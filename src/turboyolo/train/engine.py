@@ -19,11 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
+from turboyolo.boxes import Letterbox
 from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
+from turboyolo.model.postprocess import decode, nms_options, postprocess
 from turboyolo.train import distributed
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import EvalResult, evaluate_detections
@@ -303,9 +306,6 @@ def evaluate(
 
     Returns the result and, for the first ``keep_predictions`` images, (path, detections [n, 6]).
     """
-    from turboyolo.boxes import Letterbox
-    from turboyolo.model.postprocess import decode, nms_options, postprocess
-
     was_training = model.training
     model.eval()
     labels_by_path = {str(s.image): s.labels for s in loader.dataset.samples}
@@ -328,7 +328,6 @@ def evaluate(
             sizes.append(tuple(meta.orig_hw))
             paths.append(meta.path)
     dets_cpu = [d.float().cpu().numpy() for d in all_dets]
-    import numpy as np
 
     if was_training:
         model.train()

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
 from turboyolo.train.curves import (
     Curves,
@@ -208,8 +211,6 @@ def coco_evaluate(
 
 @contextlib.contextmanager
 def warnings_off():
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=RuntimeWarning)
         yield
@@ -219,18 +220,16 @@ def _run(gt: dict, detections: list[dict], max_det: int, backend: str):
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
         if backend == "pycocotools":
-            from pycocotools.coco import COCO
-            from pycocotools.cocoeval import COCOeval
-
             coco_gt = COCO()
             coco_gt.dataset = {**gt, "annotations": [dict(a) for a in gt["annotations"]]}
             coco_gt.createIndex()
             coco_dt = coco_gt.loadRes([dict(d) for d in detections])
             evaluator = COCOeval(coco_gt, coco_dt, "bbox")
         else:
-            from faster_coco_eval import COCO, COCOeval_faster
+            from faster_coco_eval import COCO as FasterCOCO  # optional: pip install faster-coco-eval
+            from faster_coco_eval import COCOeval_faster
 
-            coco_gt = COCO()
+            coco_gt = FasterCOCO()
             coco_gt.dataset = {**gt, "annotations": [dict(a) for a in gt["annotations"]]}
             coco_gt.createIndex()
             coco_dt = coco_gt.loadRes([dict(d) for d in detections])

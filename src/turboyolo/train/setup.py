@@ -11,10 +11,18 @@ from pathlib import Path
 
 import torch
 import yaml
+from torch.nn.parallel import DistributedDataParallel
 
 from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import FlagError
-from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_anchor_list, parse_cfg, parse_cfg_text
+from turboyolo.formats.darknet_cfg import (
+    ModelSpec,
+    format_cfg,
+    parse_anchor_list,
+    parse_cfg,
+    parse_cfg_text,
+    training_only_notes,
+)
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
@@ -100,7 +108,6 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
-    from turboyolo.formats.darknet_cfg import training_only_notes
 
     for note in training_only_notes(spec):
         say(f"note: {note}")
@@ -272,7 +279,6 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         say(f"resumed {config.resume}: iteration {state.iteration}, epoch {state.epoch}, "
             f"mini-batch {state.epoch_batches}")
     if env.enabled:
-        from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [device.index] if device.type == "cuda" else None
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)
