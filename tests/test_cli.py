@@ -87,3 +87,9 @@ def test_only_the_command_that_runs_is_imported():
             "assert not any(m.startswith('turboyolo.commands.') for m in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["detect", "x.jpg"], ["export"]])
+def test_missing_weights_are_named(command, capsys):
+    assert main(command) == 1
+    assert "--weights is required" in capsys.readouterr().err

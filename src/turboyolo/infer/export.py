@@ -301,7 +301,7 @@ def run_export(request: ExportRequest) -> ExportReport:
     except ImportError:
         raise ConfigError("--format onnx needs the onnx extra: pip install 'turboyolo[onnx]'") from None
     spec, weights_path = resolve_model(str(request.cfg) if request.cfg is not None else None,
-                                       str(request.weights))
+                                       str(request.weights) if request.weights is not None else None)
     model = build_model(spec, weights_path)
     options = request.export.for_model(model)
     output = request.output.output

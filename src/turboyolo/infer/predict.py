@@ -183,7 +183,8 @@ class Predictor:
              img_size: int | Sequence[int] | None = None, half: bool = False) -> Predictor:
         """The model that ``--weights`` (and ``--cfg``) name, ready on ``device``: a ``.weights`` file with
         its cfg, a checkpoint that carries its cfg, or a pinned asset name (``yolov3-tiny``)."""
-        spec, path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
+        spec, path = resolve_model(str(cfg) if cfg is not None else None,
+                                   str(weights) if weights is not None else None)
         predictor = cls(build_model(spec, path), device=resolve_device(device),
                         img_size=img_size_pair(img_size), half=half)
         predictor.weights_path = Path(str(path))
