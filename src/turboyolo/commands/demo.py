@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"[demo] trees data set: {trees_dir}")
     out = next_run_dir(project, "detect-coco")
     output = DetectOutputArgs(save_txt=True, save_conf=True)
-    run_detect(DetectRequest(_photos(trees_dir), weights="yolov3-tiny", output=output, out_dir=out))
+    print(run_detect(DetectRequest(_photos(trees_dir), weights="yolov3-tiny", output=output,
+                                   out_dir=out)).summary())
     print(
         f"[demo] COCO detections drawn in {out}, YOLO labels in {out / 'labels'}, "
         f"COCO json {out / 'predictions.json'}"
@@ -118,7 +119,8 @@ def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
         print(run_test(TestRequest(checkpoint, data, test=args), log=print).summary())
     out = next_run_dir(project, "detect-trees")
     predict = PredictArgs(conf_thres=0.25, img_size=size, nms_thres=nms, single_label=True)
-    run_detect(DetectRequest([str(trees_dir / "images" / "val")], weights=str(checkpoint),
-                             names=str(trees_dir / "trees.names"), predict=predict,
-                             output=DetectOutputArgs(save_txt=True, save_conf=True), out_dir=out))
+    report = run_detect(DetectRequest([str(trees_dir / "images" / "val")], weights=str(checkpoint),
+                                      names=str(trees_dir / "trees.names"), predict=predict,
+                                      output=DetectOutputArgs(save_txt=True, save_conf=True), out_dir=out))
+    print(report.summary())
     print(f"[demo] tree detections on held-out tiles: {out} (labels in {out / 'labels'})")
