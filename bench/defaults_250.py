@@ -112,8 +112,8 @@ def main() -> int:
     from turboyolo.model.loading import read_checkpoint
     from turboyolo.model.zoo import make_spec
     from turboyolo.train.config import TrainConfig, read_config
-    from turboyolo.train.evaluation import TestOptions, test_weights
     from turboyolo.train.fit import fit
+    from turboyolo.train.testing import TestArgs, TestRequest, run_test
 
     data = data_file(args.data)
     num_classes = len(load_data_config(data).names)
@@ -145,8 +145,9 @@ def main() -> int:
             if not path.exists():
                 scores[f"{which}_{size}"] = None
                 continue
-            test = TestOptions(img_size=size, workers=1, nms_thres=0.45)
-            scores[f"{which}_{size}"], names = test_weights(path, data, test, log=lambda _: None)
+            test = TestArgs(img_size=size, workers=1, nms_thres=0.45)
+            report = run_test(TestRequest(path, data, test=test))
+            scores[f"{which}_{size}"], names = report.result, report.names
     best = weights_dir / "best.pt"
     best_epoch = read_checkpoint(best).get("epoch") if best.exists() else None
     b416 = scores.get("best_416")

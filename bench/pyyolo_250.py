@@ -100,7 +100,7 @@ def main() -> int:
 
     from turboyolo import assets
     from turboyolo.formats.datasets import load_data_config
-    from turboyolo.train.evaluation import TestOptions, test_weights
+    from turboyolo.train.testing import TestArgs, TestRequest, run_test
 
     data = data_file(args.data)
     num_classes = len(load_data_config(data).names)
@@ -118,8 +118,9 @@ def main() -> int:
     minutes = (time.perf_counter() - started) / 60
     scores = {}
     for size in (416, 512):
-        options = TestOptions(cfg=str(out / "yolov3-tiny.cfg"), img_size=size, workers=1, nms_thres=0.45)
-        scores[size], names = test_weights(out / "final.weights", data, options, log=lambda _: None)
+        options = TestArgs(img_size=size, workers=1, nms_thres=0.45)
+        report = run_test(TestRequest(out / "final.weights", data, str(out / "yolov3-tiny.cfg"), options))
+        scores[size], names = report.result, report.names
     images = len(Path(load_data_config(data).train[0]).read_text().split())  # its list of training images
     steps = -(-images // 8)  # batches per epoch, the last one partial
     row = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),

@@ -75,7 +75,7 @@ def main() -> int:
     from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
     from turboyolo.train.config import read_config
-    from turboyolo.train.evaluation import TestOptions, test_weights
+    from turboyolo.train.testing import TestArgs, TestRequest, run_test
 
     nms = read_config("trees")["nms_thres"]  # as the demo evaluates
     data = build(Path(args.out))
@@ -91,9 +91,8 @@ def main() -> int:
                                   shuffle=False, rect=rect)
             pixels = sum(int(np.prod(images.shape[2:])) * images.shape[0] for images, _, _ in loader)
             started = time.perf_counter()
-            options = TestOptions(img_size=size, batch_size=args.batch_size, workers=0, nms_thres=nms,
-                                  rect=rect)
-            result, _ = test_weights(args.weights, data, options, log=lambda _: None)
+            options = TestArgs(img_size=size, batch_size=args.batch_size, workers=0, nms_thres=nms, rect=rect)
+            result = run_test(TestRequest(args.weights, data, test=options)).result
             seconds = time.perf_counter() - started
             print(f"| {size} | {'--rect' if rect else 'square'} | {result.map50:.4f} | "
                   f"{result.map50_95:.4f} | {pixels:,} | {seconds:.1f} |")

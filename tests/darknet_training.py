@@ -59,10 +59,10 @@ def run_steps(weights: str | Path, iterations: int, keep: tuple[int, ...] = (), 
     iterations after which to keep the weights (the last always)."""
     from turboyolo.devices import amp_dtype_for
     from turboyolo.train.config import TrainConfig, read_config
+    from turboyolo.train.defaults import resolve
     from turboyolo.train.distributed import DistEnv
     from turboyolo.train.engine import StepOptions, train_one_epoch
     from turboyolo.train.plan import make_plan
-    from turboyolo.train.recipe import resolve
     from turboyolo.train.setup import apply_overrides, build_state, load_cfg
 
     def quiet(*_):

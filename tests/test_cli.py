@@ -67,3 +67,29 @@ def test_cfg_command_writes_generated_cfg(tmp_path, capsys):
         == 1
     )
     assert "not divisible" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["detect", "label", "export"])
+def test_iou_thres_means_matching_iou_only(command, capsys):
+    """--iou-thres is test's and train's matching IoU (PyTorch-YOLOv3's); the NMS IoU is --nms-thres."""
+    with pytest.raises(SystemExit):
+        main([command, "x.jpg", "--weights", "w", "--data", "d", "--iou-thres", "0.5"])
+    assert "the IoU of NMS is --nms-thres" in capsys.readouterr().err
+    args = build_parser("test").parse_args(["test", "--weights", "w", "--data", "d", "--iou-thres", "0.6",
+                                            "--nms-thres", "0.3"])
+    assert (args.iou_thres, args.nms_thres) == (0.6, 0.3)
+
+
+def test_only_the_command_that_runs_is_imported():
+    code = ("import sys; from turboyolo.cli import main\n"
+            "try:\n    main(['-h'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules\n"
+            "assert not any(m.startswith('turboyolo.commands.') for m in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["detect", "x.jpg"], ["export"]])
+def test_missing_weights_are_named(command, capsys):
+    assert main(command) == 1
+    assert "--weights is required" in capsys.readouterr().err

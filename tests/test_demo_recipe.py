@@ -13,9 +13,9 @@ from turboyolo.cli import main as cli
 from turboyolo.errors import FlagError
 from turboyolo.model.zoo import make_spec
 from turboyolo.train.config import RECIPES, TrainConfig, read_config
+from turboyolo.train.defaults import resolve
 from turboyolo.train.optim import Schedule, lr_at
 from turboyolo.train.plan import make_plan
-from turboyolo.train.recipe import resolve
 from turboyolo.train.setup import apply_overrides
 
 
@@ -26,7 +26,7 @@ def test_the_trees_recipe_is_the_defaults_plus_what_is_specific_to_the_trees():
                                                                                       "yolov3-tiny", 50, 8)
     # nothing in it that the defaults already give (schedule, optimizer, EMA, loss, mosaic)
     assert not set(values) & {"lr", "optimizer", "lr_schedule", "ema_decay", "bn_momentum", "box_loss",
-                              "assign_iou_thresh", "mosaic", "close_mosaic", "obj_iou"}
+                              "assign_iou_thres", "mosaic", "close_mosaic", "obj_iou"}
     config = TrainConfig.build(data="trees.data", base=values)
     assert (config.cfg, config.weights) == ("yolov3-tiny", "yolov3-tiny")
     spec = apply_overrides(make_spec("yolov3-tiny", num_classes=1), config, say=lambda *_: None)
@@ -34,7 +34,7 @@ def test_the_trees_recipe_is_the_defaults_plus_what_is_specific_to_the_trees():
     assert spec.yolo_layers[0][1].anchors[0] == (16.0, 17.0) and spec.net.batch == 8
     assert spec.net.subdivisions == 1 and config.augment.aug_scale == (0.8, 1.5)
     loss = config.loss
-    assert (loss.box_loss, loss.assign_iou_thresh, config.augment.mosaic) == ("giou", 0.213, 1.0)
+    assert (loss.box_loss, loss.assign_iou_thres, config.augment.mosaic) == ("giou", 0.213, 1.0)
     # 37 tiles in batches of 8: 5 iterations per epoch, 50 epochs
     plan = make_plan(config, spec.net, 250, 50, 5)
     assert (plan.ema_decay, plan.ema_ramp, plan.close_mosaic) == (0.98, 20.0, 10)

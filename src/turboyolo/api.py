@@ -1,4 +1,5 @@
-"""The small public Python API: load a model, detect on arrays or image files, train.
+"""The small public Python API: load a model, detect on arrays or image files, train (``turboyolo.load``,
+``turboyolo.detect`` and ``turboyolo.train`` are these functions).
 
 >>> import turboyolo
 >>> model = turboyolo.load("yolov3-tiny")                   # doctest: +SKIP
@@ -19,8 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from turboyolo.infer.predict import Prediction, Predictor
-from turboyolo.train.fit import FitResult, train  # noqa: F401  (turboyolo.train(...) calls the same)
+from turboyolo.data.decode import load_image
+from turboyolo.infer.predict import PredictArgs, Prediction, Predictor
+from turboyolo.infer.tiling import TileOptions
+from turboyolo.options import CONF_THRES, NMS_THRES
+from turboyolo.train.config import TrainConfig
+from turboyolo.train.fit import FitResult, fit
 
 ImageLike = str | Path | np.ndarray
 
@@ -40,21 +45,15 @@ def load(
         cfg: the Darknet ``.cfg``; needed for ``.weights`` files other than pinned assets.
         img_size: network input side (or ``(width, height)``); default: the cfg's.
     """
-    from turboyolo.devices import resolve_device
-    from turboyolo.model.loading import build_model, resolve_model
-
-    spec, path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
-    device = resolve_device(device)
-    size = (img_size, img_size) if isinstance(img_size, int) else img_size
-    return Predictor(build_model(spec, path), device=device, img_size=size, half=half)
+    return Predictor.load(weights, cfg, device=device, img_size=img_size, half=half)
 
 
 def detect(
     model: Predictor,
     images: ImageLike | Sequence[ImageLike],
     *,
-    conf_thres: float = 0.25,
-    nms_thres: float = 0.45,
+    conf_thres: float = CONF_THRES,
+    nms_thres: float = NMS_THRES,
     single_label: bool = False,
     classes: Sequence[int] | None = None,
     max_det: int | None = None,
@@ -64,23 +63,28 @@ def detect(
 ) -> list[Prediction]:
     """Detections for one image or a list of images (paths or uint8 RGB arrays), in input order.
 
-    ``tile`` (pixels) detects each image on overlapping full-resolution tiles and merges the boxes
-    (:mod:`turboyolo.infer.tiling`), for images much larger than the network input.
+    ``classes``: the class indices to keep. ``tile`` (pixels) detects each image on overlapping
+    full-resolution tiles and merges the boxes (:mod:`turboyolo.infer.tiling`), for images much larger
+    than the network input.
     """
-    from turboyolo.data.decode import load_image
-
     single = isinstance(images, (str, Path, np.ndarray))
     items = [images] if single else list(images)
     arrays = [load_image(item) if isinstance(item, (str, Path)) else np.asarray(item) for item in items]
-    kwargs = dict(multi_label=not single_label, classes=classes)
-    if tile is not None:
-        from turboyolo.infer.tiling import TileOptions
+    args = PredictArgs(conf_thres=conf_thres, nms_thres=nms_thres, single_label=single_label, max_det=max_det,
+                       batch_size=batch_size)
+    return model.run(arrays, args, classes, TileOptions(tile, overlap) if tile is not None else None)
 
-        tiles = TileOptions(tile, overlap)
-        return [model.predict_tiled(array, tiles, conf_thres, nms_thres, max_det=max_det,
-                                    batch_size=batch_size, **kwargs) for array in arrays]
-    results = []
-    for start in range(0, len(arrays), batch_size):
-        chunk = arrays[start : start + batch_size]
-        results += model.predict_arrays(chunk, conf_thres, nms_thres, max_det=max_det, **kwargs)
-    return results
+
+def train(cfg: str | Path | None = None, data: str | Path | None = None, weights: str | Path | None = None, *,
+          resume: str | Path | None = None, quiet: bool = False, **options) -> FitResult:
+    """Train from Python: ``turboyolo.train(cfg="my.cfg", data="my.data", weights="yolov3-tiny.weights",
+    epochs=50, cache="ram")``.
+
+    ``options`` are the flags of ``turboyolo train`` by their Python names (``img_size``, ``cache``,
+    ``max_batches``, ``evaluation_interval``, ...; see :mod:`turboyolo.train.config`). Returns the
+    :class:`~turboyolo.train.fit.FitResult`: the run directory, the last evaluation's metrics, the best
+    fitness, iterations, epochs, training minutes and why the run stopped.
+    """
+    config = TrainConfig.build(str(cfg or ""), str(data or ""), str(weights) if weights else None,
+                               str(resume) if resume else None, **options)
+    return fit(config, quiet=quiet)

@@ -11,10 +11,10 @@ import importlib
 import sys
 
 from turboyolo import __version__
-from turboyolo.errors import FlagError, TurboYoloError, printable
+from turboyolo.errors import TurboYoloError, printable
 
-# (subcommand, module under turboyolo.commands, one-line help). Modules are imported lazily so that
-# `turboyolo -h` does not pay for importing torch.
+# (subcommand, module under turboyolo.commands, one-line help). A command's module is imported only when
+# that command runs (or asks for -h), so `turboyolo -h` and `turboyolo fetch` do not pay for torch.
 COMMANDS: list[tuple[str, str, str]] = [
     ("detect", "detect", "run a model on images and save drawings, YOLO labels and COCO json"),
     ("fetch", "fetch", "download a pinned asset (weights, sample data) into the cache"),
@@ -65,31 +65,18 @@ def add_model_flags(parser: argparse.ArgumentParser, weights_required: bool = Fa
     )
 
 
-def add_run_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """``--project`` / ``--name``: outputs go to ``<project>/<name>``, never overwriting."""
-    parser.add_argument("--project", default=f"runs/{command}", help="parent folder of run directories")
-    parser.add_argument("--name", default="exp", help="run directory name (exp, exp2, ... when taken)")
-    parser.add_argument("--exist-ok", action="store_true", help="reuse <project>/<name> if it exists")
-
-
-def img_size_flag(values: list[int] | None) -> tuple[int, int] | None:
-    """``--img-size S`` or ``--img-size W H`` (``nargs="+"``) -> (width, height); ``None`` when not given."""
-    if not values:
-        return None
-    if len(values) not in (1, 2):
-        raise FlagError("--img-size takes one size or a width and a height")
-    return values[0], values[-1]
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only``, the flags of that command alone (the others are listed, not
+    imported)."""
     parser = FlagParser(prog="turboyolo", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"turboyolo {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=FlagParser)
     for name, module_name, help_text in COMMANDS:
-        module = importlib.import_module(f"turboyolo.commands.{module_name}")
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        if only is None or name == only:
+            module = importlib.import_module(f"turboyolo.commands.{module_name}")
+            module.add_arguments(sub)
+            sub.set_defaults(run=module.run)
     return parser
 
 
@@ -105,7 +92,8 @@ def _tolerant_streams() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _tolerant_streams()
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=next((arg for arg in argv if not arg.startswith("-")), ""))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

@@ -7,21 +7,26 @@ Every command and the Python API accept the same spellings: ``auto`` (CUDA when 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+
+import torch
 
 from turboyolo.errors import FlagError
 
-if TYPE_CHECKING:
-    import torch
-
 AMP_CHOICES = ("auto", "off", "bf16", "fp16")
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def resolve_device(name: str | int | torch.device | None = "auto") -> torch.device:
     """``--device`` -> ``torch.device``; raises :class:`FlagError` for a name torch does not know
     or a GPU that is not there."""
-    import torch  # here, not at the top: the CLI builds its parser without importing torch
-
     if isinstance(name, torch.device):
         return name
     text = "auto" if name is None else str(name).strip().lower()
@@ -44,8 +49,6 @@ def resolve_device(name: str | int | torch.device | None = "auto") -> torch.devi
 
 def amp_dtype_for(device: torch.device, amp: str) -> torch.dtype | None:
     """``--amp``: off | bf16 | fp16 | auto (bf16 where the GPU has it, else fp16; off on CPU)."""
-    import torch
-
     if amp not in AMP_CHOICES:
         raise FlagError(f"--amp {amp!r}: use one of {', '.join(AMP_CHOICES)}")
     if amp == "off" or (amp == "auto" and device.type != "cuda"):

@@ -65,11 +65,11 @@ def test_flag_errors(tiny):
 
 
 def test_request_names_the_flag(tiny):
-    from turboyolo.doctor.job import DoctorRequest
+    from turboyolo.doctor.job import DoctorArgs, DoctorRequest
     from turboyolo.errors import FlagError
 
     tmp_path, cfg = tiny
     with pytest.raises(FlagError, match="--model/--cfg is required"):
         DoctorRequest(data=tmp_path / "images", cfg=None)
     with pytest.raises(FlagError, match="exclude each other"):
-        DoctorRequest(data=tmp_path / "images", cfg=cfg, assume_step_ms=1.0, assume_gpu="h200")
+        DoctorRequest(tmp_path / "images", cfg, DoctorArgs(assume_step_ms=1.0, assume_gpu="h200"))

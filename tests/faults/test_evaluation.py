@@ -39,7 +39,7 @@ def test_evaluation_counts_each_image_once_and_names_the_broken_one(tmp_path, mo
 
 
 def test_test_command_names_the_images_left_out(tmp_path, cli, tiny_model, monkeypatch):
-    import turboyolo.train.evaluation as evaluation_module
+    from turboyolo.train import testing as evaluation_module
 
     cfg, weights, _, _ = tiny_model
     images = make_split(tmp_path / "set", count=3)

@@ -88,18 +88,20 @@ def test_dynamo_exporter_and_command(tiny_cfg, tmp_path, capsys):
     assert out.is_file() and diff < 1e-3
 
 
-def test_export_model_is_the_job_without_the_cli(tiny_cfg, tmp_path, monkeypatch):
+def test_run_export_is_the_job_without_the_cli(tiny_cfg, tmp_path, monkeypatch):
     import sys
 
-    from turboyolo.infer.export import export_model
+    from turboyolo.infer.export import ExportOutputArgs, ExportRequest, run_export
     from turboyolo.model.loading import build_model, save_darknet_weights
+    from turboyolo.options import RunDirArgs
 
     weights = save_darknet_weights(build_model(tiny_cfg), tmp_path / "tiny.weights")
     options = ExportOptions(None, exporter="torchscript")
-    report = export_model(weights, options, cfg=tiny_cfg, run_dir=(str(tmp_path / "runs"), "exp", False))
+    report = run_export(ExportRequest(weights, tiny_cfg, options, run_dir=RunDirArgs(str(tmp_path / "runs"))))
     assert report.path == tmp_path / "runs" / "exp" / "tiny.onnx" and report.options.img_size == (64, 64)
     assert report.check_images == 1 and report.max_abs_diff < 1e-3
     assert "raw outputs, input images [B, 3, 64, 64]" in report.summary()
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
-    report = export_model(weights, options, cfg=tiny_cfg, output=tmp_path / "b.onnx")
+    elsewhere = ExportOutputArgs(output=str(tmp_path / "b.onnx"))
+    report = run_export(ExportRequest(weights, tiny_cfg, options, elsewhere))
     assert report.max_abs_diff is None and "comparison skipped" in report.summary().splitlines()[-1]

@@ -71,15 +71,17 @@ def test_unlabeled_split_needs_an_entry(boxes_dataset, tiny_cfg, tiny_weights_fi
     assert len(split_images(data, "unlabeled")) == 6
 
 
-def test_label_images_is_the_job_without_the_cli(boxes_dataset, tiny_cfg, tiny_weights_file, tmp_path):
+def test_run_label_is_the_job_without_the_cli(boxes_dataset, tiny_cfg, tiny_weights_file, tmp_path):
     from turboyolo.errors import FlagError
-    from turboyolo.infer.labeling import LabelOptions, label_images
+    from turboyolo.infer.labeling import LabelArgs, LabelRequest, run_label
+    from turboyolo.infer.predict import PredictArgs
 
     with pytest.raises(FlagError, match="--nms-thres"):
-        LabelOptions(nms_thres=1.5)
+        PredictArgs(nms_thres=1.5)
     (boxes_dataset / "labels" / "img000.txt").unlink()
-    options = LabelOptions(split="train", device="cpu", out_dir=tmp_path / "review")
-    report = label_images(tiny_weights_file, boxes_dataset / "images", options, cfg=tiny_cfg)
+    request = LabelRequest(tiny_weights_file, boxes_dataset / "images", tiny_cfg, PredictArgs(device="cpu"),
+                           LabelArgs(split="train"), out_dir=tmp_path / "review")
+    report = run_label(request)
     assert [r.status for r in report.rows].count("written") == 1 and len(report.rows) == 6
     assert report.summary().startswith("6 images: 1 labelled by the model")
     assert (tmp_path / "review" / "review.csv").is_file()

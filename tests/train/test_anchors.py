@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from turboyolo.errors import ConfigError, FlagError
-from turboyolo.train.anchors import anchor_report
+from turboyolo.train.anchors import AnchorsArgs, AnchorsRequest, run_anchors
 
 
 def test_report_without_cfg_compares_with_coco_anchors(boxes_dataset):
     lines = []
-    report = anchor_report(boxes_dataset / "images", num=6, img_size=(320, 256), restarts=2, log=lines.append)
+    args = AnchorsArgs(num=6, img_size=(320, 256), restarts=2)
+    report = run_anchors(AnchorsRequest(boxes_dataset / "images", anchors=args), log=lines.append)
     assert lines and lines[0].startswith("scan train")
     assert report.img_size == (320, 256) and report.current_name == "yolov3-tiny COCO"
     assert len(report.fitted.anchors) == 6 and report.fitted.mean_iou > report.current.mean_iou
@@ -21,8 +22,8 @@ def test_report_without_cfg_compares_with_coco_anchors(boxes_dataset):
 def test_errors_name_the_flag(boxes_dataset, tiny_cfg, tmp_path):
     data = boxes_dataset / "images"
     with pytest.raises(FlagError, match="--thresh"):
-        anchor_report(data, thresh=0)
+        AnchorsArgs(thresh=0)
     with pytest.raises(FlagError, match="--num"):
-        anchor_report(data, num=-1)
+        AnchorsArgs(num=-1)
     with pytest.raises(ConfigError, match="--num 5 but"):
-        anchor_report(data, cfg=tiny_cfg, num=5, output=tmp_path / "x.cfg")
+        run_anchors(AnchorsRequest(data, tiny_cfg, AnchorsArgs(num=5, output=str(tmp_path / "x.cfg"))))

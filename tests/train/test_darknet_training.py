@@ -146,7 +146,7 @@ def test_config_darknet_through_the_command_line(tmp_path, capsys):
     saved = yaml.safe_load((tmp_path / "runs" / "dk" / "config.yaml").read_text())
     assert saved["optim"]["lr_schedule"] == "darknet"
     loss, runtime = saved["loss"], saved["runtime"]
-    assert (loss["box_loss"], loss["obj_iou"], loss["assign_iou_thresh"], loss["autoanchor"]) == (
+    assert (loss["box_loss"], loss["obj_iou"], loss["assign_iou_thres"], loss["autoanchor"]) == (
         "darknet", False, 1, False)
     assert (runtime["bn_train"], runtime["bn_momentum"], runtime["ema"], runtime["clip_norm"],
             runtime["amp"]) == ("darknet", 0.02, False, 0, "off")  # --bn-momentum given too: the flag wins

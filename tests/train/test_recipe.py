@@ -15,11 +15,13 @@ from synth import make_dataset, make_image_folder, micro_cfg
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_cfg
 from turboyolo.model.darknet import Darknet
+from turboyolo.train.anchors import check_anchors
 from turboyolo.train.config import HYP_OPTIONS, TrainConfig
+from turboyolo.train.defaults import resolve
 from turboyolo.train.engine import TrainState
 from turboyolo.train.fit import StopRule, fit, mixing
+from turboyolo.train.loaders import image_weights
 from turboyolo.train.loss import YoloLoss
-from turboyolo.train.recipe import check_anchors, image_weights, resolve
 
 
 def _config(cfg, data, project, **changes) -> TrainConfig:
@@ -68,7 +70,7 @@ def test_time_limit_warns_when_it_cuts_the_schedule_short():
 
 
 def test_patience_stops_at_the_right_epoch(tmp_path, monkeypatch, capsys):
-    import turboyolo.train.fit as fit_module
+    from turboyolo.train import fit as fit_module
 
     # fitness by evaluation (every epoch): best at epoch 2; with --patience 3 the run stops after epoch 5
     map50_95 = iter([0.1, 0.3, 0.2, 0.25, 0.29, 0.5, 0.5])

@@ -36,7 +36,7 @@ def test_prepare_then_train_reads_the_prepared_cache(tmp_path, isolated_cache, c
 
 def test_files_broken_before_and_after_the_scan_are_named_in_the_output_and_the_report(tmp_path, monkeypatch,
                                                                                       capsys):
-    import turboyolo.train.loaders as loaders
+    from turboyolo.train import loaders
 
     data = make_dataset(tmp_path / "data", 4, 3)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)

@@ -1,12 +1,15 @@
 """``turboyolo bench data``: images/s (and per core) of the data pipeline, cold and warm.
 
-The measurement is :func:`turboyolo.doctor.throughput.bench_data` (its docstring defines per core and
+The measurement is :func:`turboyolo.doctor.throughput.run_bench` (its docstring defines per core and
 hand-off); this module only declares the flags.
 """
 
 from __future__ import annotations
 
 import argparse
+
+from turboyolo.doctor.throughput import run_bench
+from turboyolo.errors import TurboYoloError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,12 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.doctor.throughput import bench_data
-    from turboyolo.errors import TurboYoloError
-
     if args.what != "data":
         raise TurboYoloError("usage: turboyolo bench data --data X [--img-size 416] [--workers N]")
-    bench_data(args.data, split=args.split, img_size=args.img_size, workers=args.workers,
-               batch_size=args.batch_size, images=args.images, cache_dir=args.cache_dir,
-               augment_on=args.augment_on)
+    run_bench(args.data, split=args.split, img_size=args.img_size, workers=args.workers,
+              batch_size=args.batch_size, images=args.images, cache_dir=args.cache_dir,
+              augment_on=args.augment_on, log=print)
     return 0

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from turboyolo.errors import ConfigError
+from turboyolo.formats.darknet_cfg import parse_anchor_list, write_cfg
+from turboyolo.model.zoo import ARCHITECTURES, make_spec
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from turboyolo.model.zoo import ARCHITECTURES
-
     parser.add_argument("architecture", choices=ARCHITECTURES)
     parser.add_argument("-n", "--num-classes", type=int, required=True, help="number of classes")
     canonical = "default: the canonical cfg's (yolov3 family: 416, 64, 16, 0.001)"
@@ -22,10 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.errors import ConfigError
-    from turboyolo.formats.darknet_cfg import parse_anchor_list, write_cfg
-    from turboyolo.model.zoo import make_spec
-
     anchors = parse_anchor_list(args.anchors) if args.anchors else None
     spec = make_spec(
         args.architecture,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from turboyolo.errors import FlagError
+from turboyolo.formats.labels import convert_labels
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a COCO .json file, a VOC .xml file, or a folder of VOC .xml files")
@@ -16,9 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.errors import FlagError
-    from turboyolo.formats.labels import convert_labels
-
     mapping = {}
     for item in args.map:
         if "=" not in item:

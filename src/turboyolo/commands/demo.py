@@ -2,17 +2,31 @@
 
 1. fetch the official yolov3-tiny COCO weights (pinned) and detect on real photos;
 2. build the ``trees`` sample data set (aerial photos, human-drawn boxes) and fine-tune yolov3-tiny on it
-   with ``turboyolo train --config trees`` (the packaged recipe: resources/recipes/trees.yaml);
+   as ``turboyolo train --config trees`` does (the packaged recipe: resources/recipes/trees.yaml);
 3. evaluate the best weights (``turboyolo test``) and detect on the held-out tiles.
+
+Each step calls its job (:func:`~turboyolo.infer.detect.run_detect`, :func:`~turboyolo.train.fit.fit`,
+:func:`~turboyolo.train.testing.run_test`) and prints the command line that does the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import time
 from pathlib import Path
 
+import torch
+import yaml
+
+from turboyolo import assets
+from turboyolo.data.trees import build_trees
+from turboyolo.infer.detect import DetectOutputArgs, DetectRequest, run_detect
+from turboyolo.infer.predict import PredictArgs
 from turboyolo.rundir import next_run_dir
+from turboyolo.train.config import TrainConfig, read_config
+from turboyolo.train.fit import fit
+from turboyolo.train.testing import TestArgs, TestRequest, run_test
 
 DARKNET_PHOTOS = Path("/usr/share/darknet/data")
 
@@ -34,13 +48,6 @@ def _photos(trees_dir: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from turboyolo import assets
-    from turboyolo.cli import main as cli
-    from turboyolo.data.trees import build_trees
-    from turboyolo.infer.detect import DetectOptions, run_detection
-
     started = time.time()
     project = Path(args.project)
     weights = assets.fetch("yolov3-tiny")
@@ -48,16 +55,9 @@ def run(args: argparse.Namespace) -> int:
     trees_dir = build_trees(assets.cache_dir() / "datasets" / "trees")
     print(f"[demo] trees data set: {trees_dir}")
     out = next_run_dir(project, "detect-coco")
-    run_detection(
-        DetectOptions(
-            sources=_photos(trees_dir),
-            cfg=None,
-            weights="yolov3-tiny",
-            out_dir=out,
-            save_txt=True,
-            save_conf=True,
-        )
-    )
+    output = DetectOutputArgs(save_txt=True, save_conf=True)
+    print(run_detect(DetectRequest(_photos(trees_dir), weights="yolov3-tiny", output=output,
+                                   out_dir=out)).summary())
     print(
         f"[demo] COCO detections drawn in {out}, YOLO labels in {out / 'labels'}, "
         f"COCO json {out / 'predictions.json'}"
@@ -65,19 +65,21 @@ def run(args: argparse.Namespace) -> int:
     if args.skip_train:
         return 0
     run_dir = next_run_dir(project, "trees-finetune")
-    command = ["train", "--config", "trees", "--data", str(trees_dir / "trees.data"), "--seed",
-               str(args.seed), "--project", str(project), "--name", run_dir.name, "--exist-ok"]
+    data = str(trees_dir / "trees.data")
+    options = dict(seed=args.seed, project=str(project), name=run_dir.name, exist_ok=True)
     if args.iterations:
-        command += ["--max-batches", str(args.iterations)]
-    print(f"[demo] turboyolo {' '.join(command)}")
+        options["max_batches"] = args.iterations
+    flags = " ".join(f"--{key.replace('_', '-')}" + ("" if value is True else f" {value}")
+                     for key, value in options.items())
+    print(f"[demo] turboyolo train --config trees --data {data} {flags}")
+    config = TrainConfig.build(data=data, base=read_config("trees"), **options)
     threads = torch.get_num_threads()
     torch.set_num_threads(torch.multiprocessing.cpu_count() or threads)  # one intra-op thread: 1.8x slower
     try:
-        code = cli(command)
+        result = fit(config)
     finally:
         torch.set_num_threads(threads)
-    if code:
-        return code
+    print(f"run directory: {result.run_dir}")
     _print_curve(run_dir)
     _evaluate_and_detect(run_dir, trees_dir, project)
     print(f"[demo] done in {(time.time() - started) / 60:.1f} min")
@@ -86,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_curve(run_dir: Path) -> None:
     """The run's evaluations from results.csv (iteration, training minutes, mAP), then its files."""
-    import csv
-
     with open(run_dir / "results.csv", newline="") as handle:
         rows = [row for row in csv.DictReader(handle) if row.get("mAP50")]
     size = _saved_config(run_dir)["eval"]["val_img_size"]
@@ -101,28 +101,26 @@ def _print_curve(run_dir: Path) -> None:
 
 
 def _saved_config(run_dir: Path) -> dict:
-    import yaml
-
     return yaml.safe_load((run_dir / "config.yaml").read_text())
 
 
 def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:
     """The fine-tuned model on the held-out tiles: mAP at 416 and at the run's evaluation size, then
-    drawn detections and labels (``turboyolo test`` and ``turboyolo detect``)."""
-    from turboyolo.cli import main as cli
-
+    drawn detections and labels (what ``turboyolo test`` and ``turboyolo detect`` do)."""
     weights_dir = run_dir / "weights"
     checkpoint = weights_dir / "best.pt" if (weights_dir / "best.pt").exists() else weights_dir / "last.pt"
     evaluation = _saved_config(run_dir)["eval"]
-    size, nms = str(evaluation["val_img_size"]), str(evaluation["nms_thres"])
-    for test_size in dict.fromkeys(("416", size)):
-        command = ["test", "--weights", str(checkpoint), "--data", str(trees_dir / "trees.data"),
-                   "--img-size", test_size, "--nms-thres", nms, "--workers", "1"]
-        print(f"[demo] turboyolo {' '.join(command)}")
-        cli(command)
+    size, nms = int(evaluation["val_img_size"]), float(evaluation["nms_thres"])
+    data = trees_dir / "trees.data"
+    for test_size in dict.fromkeys((416, size)):
+        print(f"[demo] turboyolo test --weights {checkpoint} --data {data} --img-size {test_size} "
+              f"--nms-thres {nms} --workers 1")
+        args = TestArgs(img_size=test_size, nms_thres=nms, workers=1)
+        print(run_test(TestRequest(checkpoint, data, test=args), log=print).summary())
     out = next_run_dir(project, "detect-trees")
-    cli(["detect", str(trees_dir / "images" / "val"), "--weights", str(checkpoint), "--conf-thres", "0.25",
-         "--img-size", size, "--nms-thres", nms,
-         "--single-label", "--save-txt", "--save-conf", "--names", str(trees_dir / "trees.names"),
-         "--project", str(project), "--name", out.name, "--exist-ok"])
+    predict = PredictArgs(conf_thres=0.25, img_size=size, nms_thres=nms, single_label=True)
+    report = run_detect(DetectRequest([str(trees_dir / "images" / "val")], weights=str(checkpoint),
+                                      names=str(trees_dir / "trees.names"), predict=predict,
+                                      output=DetectOutputArgs(save_txt=True, save_conf=True), out_dir=out))
+    print(report.summary())
     print(f"[demo] tree detections on held-out tiles: {out} (labels in {out / 'labels'})")

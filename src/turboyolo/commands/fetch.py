@@ -5,21 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from turboyolo import assets
+from turboyolo.data.trees import build_trees
+
 DATASETS = ("trees",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from turboyolo.assets import ASSETS
-
-    parser.add_argument("name", choices=sorted(ASSETS) + list(DATASETS), help="what to fetch")
+    parser.add_argument("name", choices=sorted(assets.ASSETS) + list(DATASETS), help="what to fetch")
     parser.add_argument("--dest", help="data sets only: folder to build into (default: the cache)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo import assets
-
     if args.name in DATASETS:
-        from turboyolo.data.trees import build_trees
 
         dest = Path(args.dest) if args.dest else assets.cache_dir() / "datasets" / args.name
         path = build_trees(dest)

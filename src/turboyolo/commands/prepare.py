@@ -1,8 +1,13 @@
-"""``turboyolo prepare``: decode every image once into the prepared cache (pre-resized uint8)."""
+"""``turboyolo prepare``: decode every image once into the prepared cache (pre-resized uint8).
+
+The job is :func:`turboyolo.data.cache.run_prepare`.
+"""
 
 from __future__ import annotations
 
 import argparse
+
+from turboyolo.data.cache import run_prepare
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,8 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.data.cache import prepare_dataset
-
     splits = ("train", "val") if args.split == "all" else (args.split,)
-    prepare_dataset(args.data, args.img_size, splits, out=args.out, workers=args.workers)
+    run_prepare(args.data, args.img_size, splits, out=args.out, workers=args.workers, log=print)
     return 0

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 
 from turboyolo.cli import add_model_flags
+from turboyolo.train.config import RECIPES, TrainConfig, add_flags
+from turboyolo.train.fit import fit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from turboyolo.train.config import RECIPES, add_flags
-
     add_model_flags(parser)
     parser.add_argument("-d", "--data", help=".data file or data.yaml of the data set")
     parser.add_argument("--resume", help="checkpoint (weights/last.pt) to continue exactly where it stopped")
@@ -26,9 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboyolo.train.config import TrainConfig
-    from turboyolo.train.fit import fit
-
     result = fit(TrainConfig.from_flags(args))
     print(f"run directory: {result.run_dir}")
     return 0

@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import multiprocessing
 import os
 import shutil
+import signal
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -28,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from turboyolo.assets import cache_dir
 from turboyolo.data.decode import decode_image, probe_image, target_size
-from turboyolo.data.scan import REPORT_NAME, Sample
+from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset
 from turboyolo.errors import DataError, printable
 
 CACHE_VERSION = 1
@@ -268,8 +271,6 @@ _RAM_TARGET: np.ndarray | None = None
 
 
 def _fork_context():
-    import multiprocessing
-
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
@@ -291,8 +292,6 @@ def _decode_into(job_spec, data: np.ndarray | None = None) -> tuple[tuple[int, i
 
 def _ignore_sigint() -> None:
     """Decode workers leave Ctrl-C to the main process, which stops the build and says so."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -307,8 +306,6 @@ def human_bytes(count: float) -> str:
 
 def default_cache_root(data_path: str | Path, split: str, size: int) -> Path:
     """``$TURBOYOLO_CACHE/prepared/<data stem>-<split>-<size>-<hash of the data path>``."""
-    from turboyolo.assets import cache_dir
-
     digest = hashlib.sha1(str(Path(data_path).resolve()).encode()).hexdigest()[:12]
     return cache_dir() / "prepared" / f"{Path(data_path).stem}-{split}-{size}-{digest}"
 
@@ -368,10 +365,11 @@ def _build(samples: Sequence[Sample], size: int, root: Path | None, memory: str,
     return cache
 
 
-def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("train", "val"),
-                    out: str | Path | None = None, workers: int | None = None,
-                    log: Callable[[str], object] = print) -> dict[str, PreparedCache]:
-    """``turboyolo prepare``: decode every image of ``splits`` once into its prepared (disk) cache.
+def run_prepare(data: str | Path, img_size: int, splits: Sequence[str] = ("train", "val"),
+                out: str | Path | None = None, workers: int | None = None,
+                log: Callable[[str], object] = lambda _: None) -> dict[str, PreparedCache]:
+    """``turboyolo prepare``: decode every image of ``splits`` once into its prepared (disk) cache; ``log``
+    receives each split's scan summary and progress.
 
     Args:
         data: a .data, data.yaml or image folder.
@@ -385,8 +383,6 @@ def prepare_dataset(data: str | Path, img_size: int, splits: Sequence[str] = ("t
     Raises:
         DataError: a split cannot be scanned, or its cache does not fit on the disk.
     """
-    from turboyolo.data.scan import scan_dataset
-
     caches = {}
     for split in splits:
         root = Path(out) / split if out else default_cache_root(data, split, img_size)

@@ -20,7 +20,6 @@ batches do not depend on the number of workers, and all ranks agree on the size 
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from turboyolo.data.augment import (
 from turboyolo.data.decode import decode_image
 from turboyolo.data.sampler import MultiScaleBatchSampler, TailSampler
 from turboyolo.data.scan import Sample
+from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
 
 MAX_REPLACEMENTS = 16  # tries before a batch slot gives up (only with an almost entirely broken data set)
@@ -250,11 +250,7 @@ def _reason(err: Exception, path) -> str:
 def default_workers(world_size: int = 1) -> int:
     """Loader workers per process: the CPUs this process may use, shared by ranks, minus one for the
     main process (0 on a one-core machine), at most 16."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    return max(0, min(16, cpus // max(1, world_size) - 1))
+    return max(0, min(16, usable_cpus() // max(1, world_size) - 1))
 
 
 def _worker_init(_: int) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from turboyolo.assets import cache_dir
 from turboyolo.data.autolabels import count_model_made
 from turboyolo.data.decode import probe_image
 from turboyolo.errors import DataError, printable
@@ -220,8 +221,6 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
 
 
 def _cache_file(data_path: Path, split: str) -> Path:
-    from turboyolo.assets import cache_dir
-
     digest = hashlib.sha1(f"{data_path.resolve()}|{split}|{SCAN_VERSION}".encode(errors="surrogateescape")
                           ).hexdigest()[:16]
     return cache_dir() / "scans" / f"{data_path.stem}-{split}-{digest}.json"

@@ -26,6 +26,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from turboyolo import assets
 from turboyolo.data.decode import save_image
 from turboyolo.errors import AssetError, DataError
 from turboyolo.formats.labels import read_voc_xml, write_names, write_yolo_labels
@@ -151,7 +152,6 @@ def build_trees(dest_dir: Path, archive: Path | None = None) -> Path:
         raise AssetError(f"{dest_dir} exists and is not a complete trees data set; remove it or pick "
                          "another folder")
     if archive is None:
-        from turboyolo import assets
 
         archive = assets.pypi_distribution(assets.DEEPFOREST_WHEEL)
     dest_dir.parent.mkdir(parents=True, exist_ok=True)

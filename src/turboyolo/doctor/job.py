@@ -8,48 +8,73 @@ the device, worker counts), runs both and writes the two files into a fresh run 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from turboyolo.doctor.verdict import StageTimings, Verdict
+from turboyolo.data.loader import default_workers
+from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.doctor.measure import DoctorOptions, measure
+from turboyolo.doctor.verdict import GPU_RATES, StageTimings, Verdict, diagnose, render_markdown
 from turboyolo.errors import FlagError
+from turboyolo.formats.darknet_cfg import parse_cfg
+from turboyolo.options import RunDirArgs, amp_option, device_option, option
+from turboyolo.train.config import AUGMENT_ON_CHOICES, CACHE_CHOICES
+
+
+@dataclass
+class DoctorArgs:
+    """What to measure (``None``: the cfg's value or the default). ``--assume-step-ms`` / ``--assume-gpu``
+    (at most one) select data-only mode: the training step is taken as that many ms per mini-batch, or as
+    that GPU's time from the model's FLOPs, not measured."""
+
+    split: str = option("train", "which split to measure")
+    device: str = device_option()
+    img_size: int | None = option(None, "network input side (default: the cfg's)", type=int)
+    batch: int | None = option(None, "images per iteration (default: the cfg's)", type=int)
+    subdivisions: int | None = option(None, "mini-batches per iteration", type=int)
+    amp: str = amp_option()
+    workers: int | None = option(None, "the loader workers you train with (default: CPUs - 1)", "--n-cpu",
+                                 "--workers", type=int)
+    worker_counts: tuple[int, ...] | None = option(None, "comma-separated worker counts to measure the "
+                                                   "loader at (default: 0,1,2,4,... up to CPUs - 1)")
+    cache: str = option("none", "the --cache you train with", choices=CACHE_CHOICES)
+    augment_on: str = option("cpu", "the --augment-on you train with", choices=AUGMENT_ON_CHOICES)
+    assume_step_ms: float | None = option(None, "data-only mode: take the training step as this many ms per "
+                                          "mini-batch", type=float)
+    assume_gpu: str | None = option(None, "data-only mode: take the step time of this GPU (from the model's "
+                                    "FLOPs)", choices=tuple(GPU_RATES))
+    images: int = option(32, "images of the split used per stage", type=int)
+    repeats: int = option(3, "timed repeats per stage (median)", type=int)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.worker_counts, str):
+            try:
+                self.worker_counts = tuple(int(c) for c in self.worker_counts.split(","))
+            except ValueError as err:
+                raise FlagError(f"--worker-counts {self.worker_counts!r}: comma-separated integers") from err
+        if self.assume_step_ms is not None and self.assume_step_ms <= 0:
+            raise FlagError(f"--assume-step-ms {self.assume_step_ms}: give a positive step time in ms")
+        if self.assume_step_ms is not None and self.assume_gpu is not None:
+            raise FlagError("--assume-step-ms and --assume-gpu exclude each other; pass one")
+
+
+GROUPS: dict[str, type] = {"doctor": DoctorArgs, "run_dir": RunDirArgs}
 
 
 @dataclass
 class DoctorRequest:
-    """What to measure: the flags of ``turboyolo doctor`` (``None``: the cfg's value or the default).
-
-    ``assume_step_ms`` / ``assume_gpu`` (at most one) select data-only mode: the training step is
-    taken as that many ms per mini-batch, or as that GPU's time from the model's FLOPs, not measured.
-    """
+    """What ``turboyolo doctor`` is asked to do: measure training ``cfg`` on ``data`` as ``doctor`` says."""
 
     data: str | Path
     cfg: str | Path | None
-    split: str = "train"
-    device: str | None = "auto"
-    img_size: int | None = None
-    batch: int | None = None
-    subdivisions: int | None = None
-    amp: str = "auto"
-    workers: int | None = None  # the loader workers you train with (default: CPUs - 1)
-    worker_counts: Sequence[int] | None = None  # measured too (default: 0, 1, 2, 4, ... up to CPUs - 1)
-    cache: str = "none"  # none | ram | disk: the --cache you train with
-    augment_on: str = "cpu"
-    assume_step_ms: float | None = None
-    assume_gpu: str | None = None
-    images: int = 32  # images of the split used per stage
-    repeats: int = 3  # timed repeats per stage (median)
-    run_dir: tuple[str, str, bool] = ("runs/doctor", "exp", False)  # (project, name, exist_ok)
+    doctor: DoctorArgs = field(default_factory=DoctorArgs)
+    run_dir: RunDirArgs = field(default_factory=RunDirArgs)
 
     def __post_init__(self) -> None:
         if not self.cfg:
             raise FlagError("--model/--cfg is required: the Darknet .cfg you train (e.g. `turboyolo cfg "
                             "yolov3 --num-classes N -o my.cfg`)")
-        if self.assume_step_ms is not None and self.assume_step_ms <= 0:
-            raise FlagError(f"--assume-step-ms {self.assume_step_ms}: give a positive step time in ms")
-        if self.assume_step_ms is not None and self.assume_gpu is not None:
-            raise FlagError("--assume-step-ms and --assume-gpu exclude each other; pass one")
 
 
 @dataclass
@@ -66,47 +91,41 @@ class DoctorReport:
         return f"\n{self.markdown}\nreport: {self.run_dir / 'doctor.md'}, {self.run_dir / 'doctor.json'}"
 
 
-def run_doctor(request: DoctorRequest, log: Callable[[str], object] = print) -> DoctorReport:
+def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: None) -> DoctorReport:
     """Measure every stage on ``request.data``, name the bottleneck, write ``doctor.md`` and ``doctor.json``.
 
-    ``log`` receives the scan summary and each stage's timing as it is measured.
+    ``log`` receives the scan summary and each stage's timing as it is measured (nothing by default).
 
     Raises:
         FlagError: an ``img_size`` that is not a multiple of 32, a batch that subdivisions do not divide,
             a bad device or amp.
         ConfigError, DataError: a bad cfg or data set.
     """
-    from turboyolo.data.loader import default_workers
-    from turboyolo.devices import amp_dtype_for, resolve_device
-    from turboyolo.doctor.measure import DoctorOptions, measure
-    from turboyolo.doctor.verdict import diagnose, render_markdown
-    from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.rundir import next_run_dir
-
+    args = request.doctor
     spec = parse_cfg(request.cfg)
     net = spec.net
-    img_size = request.img_size or net.width
+    img_size = args.img_size or net.width
     if img_size % 32:
         raise FlagError(f"--img-size {img_size}: use a multiple of 32")
     spec = spec.with_net(width=img_size, height=img_size)
-    batch, subdivisions = request.batch or net.batch, request.subdivisions or net.subdivisions
+    batch, subdivisions = args.batch or net.batch, args.subdivisions or net.subdivisions
     if batch % subdivisions:
         raise FlagError(f"batch {batch} is not a multiple of subdivisions {subdivisions} "
                         "(--batch/--subdivisions)")
-    device = resolve_device(request.device)
+    device = resolve_device(args.device)
     cpus = default_workers() + 1
-    workers = default_workers() if request.workers is None else request.workers
-    if request.worker_counts:
-        counts = tuple(request.worker_counts)
+    workers = default_workers() if args.workers is None else args.workers
+    if args.worker_counts:
+        counts = tuple(args.worker_counts)
     else:
         counts = tuple(sorted({0, *[c for c in (1, 2, 4, 8, 16) if c <= max(1, cpus - 1)]}))
     options = DoctorOptions(img_size=img_size, batch=batch, subdivisions=subdivisions, device=device,
-                            workers=workers, worker_counts=counts, cache=request.cache,
-                            augment_on=request.augment_on, amp_dtype=amp_dtype_for(device, request.amp),
-                            assume_step_ms=request.assume_step_ms, assume_gpu=request.assume_gpu,
-                            images=request.images, repeats=request.repeats)
-    run_dir = next_run_dir(*request.run_dir)
-    timings = measure(request.data, request.split, spec, options, run_dir, log=log)
+                            workers=workers, worker_counts=counts, cache=args.cache,
+                            augment_on=args.augment_on, amp_dtype=amp_dtype_for(device, args.amp),
+                            assume_step_ms=args.assume_step_ms, assume_gpu=args.assume_gpu,
+                            images=args.images, repeats=args.repeats)
+    run_dir = request.run_dir.make("doctor")
+    timings = measure(request.data, args.split, spec, options, run_dir, log=log)
     verdict = diagnose(timings)
     text = render_markdown(timings, verdict, f"turboyolo doctor: {request.data}")
     (run_dir / "doctor.md").write_text(text)

@@ -1,7 +1,7 @@
 """Loader throughput measurement: images/s and images per CPU-second of all loader processes.
 
 Per core = images / CPU-seconds of the main process (all threads, pinning included) and every live
-DataLoader worker (user + system, from /proc). Used by ``turboyolo bench data`` (:func:`bench_data`)
+DataLoader worker (user + system, from /proc). Used by ``turboyolo bench data`` (:func:`run_bench`)
 and ``turboyolo doctor``. Hand-off = main-process CPU time per image spent receiving, collating and
 pinning, measured with at least one worker so that the main process does nothing else.
 """
@@ -15,6 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import cv2
+import torch
+
+from turboyolo.data.augment import AugmentParams
+from turboyolo.data.cache import prepare_cache
+from turboyolo.data.pipeline import build_loader
+from turboyolo.data.scan import scan_dataset
 
 
 @dataclass
@@ -95,7 +103,7 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def bench_data(
+def run_bench(
     data: str | Path,
     *,
     split: str = "train",
@@ -105,9 +113,10 @@ def bench_data(
     images: int = 256,
     cache_dir: str | Path | None = None,
     augment_on: str = "both",
-    log: Callable[[str], object] = print,
+    log: Callable[[str], object] = lambda _: None,
 ) -> dict:
-    """``turboyolo bench data``: the data pipeline's images/s and images per core, logged as a table.
+    """``turboyolo bench data``: the data pipeline's images/s and images per core, each row given to ``log``
+    as it is measured (the table ``turboyolo bench data`` prints).
 
     Measures cold (original files) and warm (prepared cache) x augment / no augment with CPU
     augmentation, the CPU side of device augmentation (warm), and the hand-off.
@@ -122,14 +131,6 @@ def bench_data(
         :class:`Measurement` keyed by (``cold``/``warm``, ``augment``/``no augment``/``device augment``),
         and ``"handoff_ms"``: main-process ms per image.
     """
-    import cv2
-    import torch
-
-    from turboyolo.data.augment import AugmentParams
-    from turboyolo.data.cache import prepare_cache
-    from turboyolo.data.pipeline import build_loader
-    from turboyolo.data.scan import scan_dataset
-
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
     scan = scan_dataset(data, split)

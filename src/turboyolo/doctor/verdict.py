@@ -122,8 +122,25 @@ def _supply(workers: int, cores: int, cost_s: float) -> float:
     return max(1, min(workers, usable)) / max(cost_s, 1e-9)
 
 
-def diagnose(t: StageTimings) -> Verdict:
-    """The verdict for the measured configuration and what each change would give."""
+@dataclass
+class _Figures:
+    """What the verdict reasons with, derived from the timings (seconds per image, images/s)."""
+
+    source: float  # reading an image: the cache, or decoding the original
+    aug: float  # the CPU augmentation (or the CPU side of --augment-on device)
+    overhead: float  # the loader's remaining cost: collating, handing batches over
+    cost: float  # a loader core's seconds per image, all of the above
+    demand: float  # images/s the step consumes
+    supply: float  # images/s the loader delivers
+    wait: float  # the step's predicted data-wait share
+    expected: float
+    usable: int  # cores the loader workers may use
+    cost_cached: float
+    cache_factor: float
+    checkpoint_share: float
+
+
+def _figures(t: StageTimings) -> _Figures:
     source = t.cache_read_s if t.cached else t.decode_s
     aug = t.device_plan_s if t.augment_on == "device" else t.augment_s
     overhead = max(0.0, t.loader_cpu_s - source - aug)
@@ -138,34 +155,50 @@ def diagnose(t: StageTimings) -> Verdict:
     expected = min(supply, demand)
     cost_uncached = t.decode_s + aug + overhead
     cost_cached = t.cache_read_s + aug + overhead
-    cache_factor = cost_uncached / max(cost_cached, 1e-12)
     epoch_s = t.dataset_images / max(expected, 1e-9) if t.dataset_images else 0.0
     checkpoint_share = t.checkpoint_s / (epoch_s + t.checkpoint_s) if epoch_s else 0.0
-    parts = {"source": source, "augment": aug, "overhead": overhead}
-    usable = max(1, t.cores - 1)
+    return _Figures(source, aug, overhead, cost, demand, supply, wait, expected, max(1, t.cores - 1),
+                    cost_cached, cost_uncached / max(cost_cached, 1e-12), checkpoint_share)
 
-    if wait < DATA_WAIT_OK:
-        bottleneck = "model step"
-        sentence = (f"model-step-bound: the training step ({t.step_source}) consumes {demand:,.0f} images/s "
-                    f"and the loader ({t.workers} workers) supplies {supply:,.0f}, so the data pipeline "
-                    f"is not what limits training (data-wait {100 * wait:.0f}%).")
-    else:
-        worst = max(parts, key=parts.get)
-        bottleneck = {"source": "cache read" if t.cached else "decode", "augment": "augment",
-                      "overhead": "hand-off"}[worst]
-        if t.workers < usable and _wait(_supply(usable, t.cores, cost), demand) < DATA_WAIT_OK:
-            bottleneck = "workers"
-        what = {"decode": "reading and decoding the original images",
-                "cache read": "reading the prepared cache",
-                "augment": "the CPU augmentation",
-                "hand-off": "collating and handing batches to the main process",
-                "workers": "too few loader workers"}[bottleneck]
-        share = f"{1000 * parts[worst]:.1f} ms of the {1000 * cost:.1f} ms each image costs a loader core"
-        sentence = (f"{bottleneck}-bound: {what} ({share}), so {t.workers} worker(s) on {t.cores} cores "
-                    f"supply {supply:,.0f} images/s against the {demand:,.0f} the training step consumes "
-                    f"(data-wait {100 * wait:.0f}%).")
 
+def diagnose(t: StageTimings) -> Verdict:
+    """The verdict for the measured configuration and what each change would give."""
+    f = _figures(t)
+    bottleneck, sentence = _bottleneck(t, f)
+    parts = {"source": f.source, "augment": f.aug, "overhead": f.overhead}
+    return Verdict(bottleneck, sentence, f.wait, f.supply, f.demand, f.expected, parts, f.cache_factor,
+                   f.checkpoint_share, _suggestions(t, f))
+
+
+def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
+    """The limiting stage and the verdict's sentence."""
+    if f.wait < DATA_WAIT_OK:
+        return "model step", (
+            f"model-step-bound: the training step ({t.step_source}) consumes {f.demand:,.0f} images/s "
+            f"and the loader ({t.workers} workers) supplies {f.supply:,.0f}, so the data pipeline "
+            f"is not what limits training (data-wait {100 * f.wait:.0f}%).")
+    parts = {"source": f.source, "augment": f.aug, "overhead": f.overhead}
+    worst = max(parts, key=parts.get)
+    bottleneck = {"source": "cache read" if t.cached else "decode", "augment": "augment",
+                  "overhead": "hand-off"}[worst]
+    if t.workers < f.usable and _wait(_supply(f.usable, t.cores, f.cost), f.demand) < DATA_WAIT_OK:
+        bottleneck = "workers"
+    what = {"decode": "reading and decoding the original images",
+            "cache read": "reading the prepared cache",
+            "augment": "the CPU augmentation",
+            "hand-off": "collating and handing batches to the main process",
+            "workers": "too few loader workers"}[bottleneck]
+    share = f"{1000 * parts[worst]:.1f} ms of the {1000 * f.cost:.1f} ms each image costs a loader core"
+    return bottleneck, (
+        f"{bottleneck}-bound: {what} ({share}), so {t.workers} worker(s) on {t.cores} cores "
+        f"supply {f.supply:,.0f} images/s against the {f.demand:,.0f} the training step consumes "
+        f"(data-wait {100 * f.wait:.0f}%).")
+
+
+def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
+    """Each setting worth trying with the images/s and data-wait it is predicted to give."""
     suggestions = []
+    cost, demand, usable = f.cost, f.demand, f.usable
 
     def suggest(setting: str, new_cost: float, why: str, workers: int | None = None,
                 new_demand: float = demand) -> None:
@@ -182,10 +215,10 @@ def diagnose(t: StageTimings) -> Verdict:
     if not t.cached:
         size = f" (or disk; {_human(t.cache_bytes)})" if t.cache_bytes else ""
         suggest(f"--cache ram{size}",
-                cost_cached, f"decode once: {1000 * t.decode_s:.1f} ms -> {1000 * t.cache_read_s:.2f} ms "
-                f"per image, loader images/s x{cache_factor:.1f}", workers=min(usable, needed))
+                f.cost_cached, f"decode once: {1000 * t.decode_s:.1f} ms -> {1000 * t.cache_read_s:.2f} ms "
+                f"per image, loader images/s x{f.cache_factor:.1f}", workers=min(usable, needed))
     if t.augment_on != "device":
-        device_cost = t.cache_read_s + t.device_plan_s + overhead
+        device_cost = t.cache_read_s + t.device_plan_s + f.overhead
         device_demand = t.mini_batch / max(t.step_s + (t.copy_s + t.device_augment_s) * t.mini_batch, 1e-12)
         suggest("--cache ram --augment-on device", device_cost,
                 f"the CPU only copies canvases and draws numbers ({1000 * device_cost:.2f} ms per image); "
@@ -199,15 +232,14 @@ def diagnose(t: StageTimings) -> Verdict:
     if t.img_size > 320:
         small = t.img_size - 96
         scale = (small / t.img_size) ** 2  # step and augmentation scale with pixels, decode does not
-        suggest(f"--img-size {small}", source + aug * scale + overhead,
+        suggest(f"--img-size {small}", f.source + f.aug * scale + f.overhead,
                 f"{100 * (1 - scale):.0f}% fewer pixels per step and per warp (costs accuracy)",
                 new_demand=demand / scale)
-    if checkpoint_share > CHECKPOINT_STALL_OK:
+    if f.checkpoint_share > CHECKPOINT_STALL_OK:
         suggestions.append(Suggestion(
-            "--checkpoint-interval 0 (last.pt/best.pt only) or fewer evaluations", expected, wait,
-            f"a checkpoint blocks {t.checkpoint_s:.2f} s, {100 * checkpoint_share:.0f}% of an epoch"))
-    return Verdict(bottleneck, sentence, wait, supply, demand, expected, parts, cache_factor,
-                   checkpoint_share, suggestions)
+            "--checkpoint-interval 0 (last.pt/best.pt only) or fewer evaluations", f.expected, f.wait,
+            f"a checkpoint blocks {t.checkpoint_s:.2f} s, {100 * f.checkpoint_share:.0f}% of an epoch"))
+    return suggestions
 
 
 def _human(count: float) -> str:

@@ -237,7 +237,7 @@ TRAINING_ONLY_OFF = {"resize": 1.0, "delta_normalizer": 1.0, "iou_thresh_kind": 
 QUIET_KEYS = {
     "net": {"flip", "step", "scale", "letter_box"},  # letter_box: turboyolo always letterboxes
     "route": {"stream", "wait_stream"},
-    "yolo": {"label_smooth_eps"},  # the trainer's --label-smoothing default (train/recipe.py)
+    "yolo": {"label_smooth_eps"},  # the trainer's --label-smoothing default (train/defaults.py)
 }
 UNSUPPORTED_SECTIONS_HINT = (
     "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+import yaml
+
 from turboyolo.errors import ConfigError, DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -117,8 +119,6 @@ def _yaml_sources(value: object, root: Path, path: Path, key: str) -> list[Path]
 
 
 def _parse_yaml(path: Path) -> DataConfig:
-    import yaml
-
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as err:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.errors import DataError
+from turboyolo.formats.datasets import read_names
 
 # Coordinates this far outside [0, 1] are clipped (and counted); further out the file is excluded.
 CLIP_TOLERANCE = 0.01
@@ -376,8 +377,6 @@ def convert_labels(source: str | Path, out_dir: str | Path, *, format: str = "au
     Raises:
         DataError: ``source`` is missing, a folder without ``.xml`` files, or not a COCO JSON.
     """
-    from turboyolo.formats.datasets import read_names
-
     source = Path(source)
     if format not in CONVERT_FORMATS:
         raise DataError(f"--format {format!r}: use one of {', '.join(CONVERT_FORMATS)}")

@@ -3,10 +3,13 @@
 Outputs in the run directory: drawn images (mirroring the inputs' relative paths so same-named files
 never collide), ``labels/*.txt`` in YOLO format (``--save-txt``, ``--save-conf``), and
 ``predictions.json`` in COCO results format with ``image_ids.json`` mapping ids to files.
+:func:`run_detect` is the job: a :class:`DetectRequest` in, a :class:`DetectReport` out, nothing printed
+(a progress bar on stderr unless ``quiet``).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Iterator
@@ -15,62 +18,93 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
-from turboyolo.errors import ConfigError, DataError, FlagError, TurboYoloError, printable
+from turboyolo.data.decode import decode_image
+from turboyolo.errors import ConfigError, DataError, FlagError, TurboYoloError
+from turboyolo.formats.coco import coco_names
+from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files, list_images, read_names
+from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
+from turboyolo.infer.tiling import TileOptions
+from turboyolo.infer.video import VideoSink, is_stream, open_video, read_frames, split_video_sources
 from turboyolo.infer.writer import DetectionWriter, coco_gt_ids
-from turboyolo.rundir import next_run_dir
+from turboyolo.options import RunDirArgs, option, require
 
 
 @dataclass
-class DetectOptions:
+class DetectOutputArgs:
+    """What the run directory receives besides predictions.json (COCO results) and image_ids.json."""
+
+    save_txt: bool = option(False, "write YOLO labels under labels/", action="store_true")
+    save_conf: bool = option(False, "append the confidence to each label line (implies --save-txt)",
+                             action="store_true")
+    draw: bool = option(True, "write the drawn images (--no-draw: none)",
+                        action=argparse.BooleanOptionalAction)
+    coco_gt: str | None = option(None, "COCO ground-truth json: take image_id from it by file_name")
+    coco_ids: bool = option(False, "category_id as COCO's 91 ids (80-class models)", action="store_true")
+
+    def __post_init__(self) -> None:
+        self.save_txt = self.save_txt or self.save_conf
+
+
+@dataclass
+class SourceArgs:
+    """How images and videos are read and sliced."""
+
+    workers: int = option(4, "decode threads", "--n-cpu", "--workers", type=int)
+    fast_decode: bool = option(False, "decode large JPEGs at reduced size (faster; moves scores slightly)",
+                               action="store_true")
+    tile: int | None = option(None, "detect large images on overlapping SIZE x SIZE tiles at full "
+                              "resolution, merged", type=int, metavar="SIZE")
+    overlap: float = option(0.2, "with --tile: share of a tile overlapped", type=float)
+    tile_whole: bool = option(False, "with --tile: also detect on the whole (downscaled) image",
+                              action="store_true")
+    vid_stride: int = option(1, "videos: detect on every N-th frame (output video at fps/N)", type=int)
+
+    def __post_init__(self) -> None:
+        self.workers = max(1, self.workers)
+        require(self.vid_stride >= 1, f"--vid-stride must be >= 1, got {self.vid_stride}")
+        if self.tile is not None:
+            TileOptions(self.tile, self.overlap)  # validates --tile and --overlap
+            require(not self.fast_decode, "--tile detects at full resolution; drop --fast-decode")
+
+    @property
+    def tiles(self) -> TileOptions | None:
+        return TileOptions(self.tile, self.overlap, whole=self.tile_whole) if self.tile else None
+
+
+GROUPS: dict[str, type] = {"predict": PredictArgs, "output": DetectOutputArgs, "source_args": SourceArgs,
+                           "run_dir": RunDirArgs}
+
+
+@dataclass
+class DetectRequest:
+    """What ``turboyolo detect`` is asked to do: the inputs, then one group of options per concern.
+
+    ``out_dir``: write there instead of a fresh run directory from ``run_dir`` (made once the model
+    has loaded, so a run that fails on its inputs leaves no empty directory).
+    """
+
     sources: list[str]
-    cfg: str | None
-    weights: str | None
-    out_dir: Path | None = None  # None: a fresh run directory from `run_dir`, made once the model loads
-    run_dir: tuple[str, str, bool] = ("runs/detect", "exp", False)  # (project, name, exist_ok)
+    weights: str | None = None
+    cfg: str | None = None
     names: str | None = None
-    conf_thres: float = 0.25
-    nms_thres: float = 0.45
-    img_size: tuple[int, int] | None = None
-    class_filter: list[str] | None = None
-    single_label: bool = False
-    max_det: int | None = None
-    device: str | None = None
-    half: bool = False
-    batch_size: int = 8
-    save_txt: bool = False
-    save_conf: bool = False
-    draw: bool = True
-    coco_gt: str | None = None
-    coco_ids: bool = False
-    fast_decode: bool = False
-    workers: int = 4
+    predict: PredictArgs = field(default_factory=PredictArgs)
+    output: DetectOutputArgs = field(default_factory=DetectOutputArgs)
+    source_args: SourceArgs = field(default_factory=SourceArgs)
+    run_dir: RunDirArgs = field(default_factory=RunDirArgs)
+    out_dir: Path | None = None
     quiet: bool = False
-    tile: int | None = None
-    overlap: float = 0.2
-    tile_whole: bool = False
-    vid_stride: int = 1
 
     def __post_init__(self) -> None:
         if not self.sources:
             raise FlagError("no images given; pass files, folders, globs or list files (e.g. `detect data/`)")
-        for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
-            if not 0 <= value <= 1:
-                raise FlagError(f"{flag} must lie in [0, 1], got {value}")
-        if self.batch_size < 1:
-            raise FlagError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.vid_stride < 1:
-            raise FlagError(f"--vid-stride must be >= 1, got {self.vid_stride}")
-        if self.tile is not None:
-            from turboyolo.infer.tiling import TileOptions
-
-            TileOptions(self.tile, self.overlap)  # validates --tile and --overlap
-            if self.fast_decode:
-                raise FlagError("--tile detects at full resolution; drop --fast-decode")
 
 
 @dataclass
 class DetectReport:
+    """What :func:`run_detect` did: counts, the run directory, what was skipped and why."""
+
     out_dir: Path
     images: int = 0
     detections: int = 0
@@ -79,6 +113,13 @@ class DetectReport:
     frames: int = 0
     notes: list[str] = field(default_factory=list)  # folder links not followed again, unreadable folders
 
+    def summary(self) -> str:
+        """One line: what was detected and where it went."""
+        what = f"{self.images} images"
+        if self.videos:
+            what += f", {self.frames} frames of {len(self.videos)} video(s)"
+        return f"{what}, {self.detections} detections -> {self.out_dir}"
+
 
 def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tuple[Path, Path]]:
     """(image path, output-relative path) for every input; relative paths never collide.
@@ -86,8 +127,6 @@ def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tu
     Folders and ``**`` globs follow each real folder once (a folder-link loop ends); ``notes`` receives
     one line per link not followed again or folder not readable.
     """
-    from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files, list_images
-
     images: list[Path] = []
     for source in sources:
         if any(ch in source for ch in "*?["):
@@ -118,23 +157,8 @@ def _resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-def class_indices(filters: list[str] | None, names: list[str]) -> list[int] | None:
-    if not filters:
-        return None
-    out = []
-    for item in filters:
-        if item.isdigit() and int(item) < len(names):
-            out.append(int(item))
-        elif item in names:
-            out.append(names.index(item))
-        else:
-            raise FlagError(f"--class-filter {item!r} is neither a class index nor one of the names")
-    return out
-
-
 def _decode_all(items, fast_target: int | None, workers: int) -> Iterator[tuple[Path, Path, object]]:
     """Decode images in a thread pool, in order, a few ahead of the model."""
-    from turboyolo.data.decode import decode_image
 
     def load(item):
         path, rel = item
@@ -158,61 +182,56 @@ def _batches(iterator, size: int):
         yield batch
 
 
-def run_detection(opts: DetectOptions) -> int:
-    report = detect(opts)
-    what = f"{report.images} images"
-    if report.videos:
-        what += f", {report.frames} frames of {len(report.videos)} video(s)"
-    print(f"{what}, {report.detections} detections -> {report.out_dir}")
-    for note in report.notes:
-        print(f"note: {printable(note)}", file=sys.stderr)
-    if report.skipped:
-        listed = printable(report.out_dir / "skipped.txt")
-        print(f"{len(report.skipped)} unreadable images skipped (listed in {listed}):", file=sys.stderr)
-        for path, reason in report.skipped:
-            print(f"  {printable(path)}: {printable(reason)}", file=sys.stderr)
-    return 0
+def run_detect(request: DetectRequest) -> DetectReport:
+    """``turboyolo detect``: every image and video of ``request.sources`` through the model; returns the
+    counts, the run directory and the inputs skipped with their reasons.
 
-
-def detect(opts: DetectOptions) -> DetectReport:
-    from tqdm import tqdm
-
-    from turboyolo.devices import resolve_device
-    from turboyolo.formats.datasets import read_names
-    from turboyolo.infer.predict import Predictor
-    from turboyolo.model.loading import build_model, resolve_model
-
-    spec, weights = resolve_model(opts.cfg, opts.weights)
-    model = build_model(spec, weights)
-    names = read_names(opts.names) if opts.names else None
-    if names is None:
-        from turboyolo.formats.coco import coco_names
-
-        names = coco_names() if model.num_classes == 80 else [str(i) for i in range(model.num_classes)]
-    if len(names) != model.num_classes:
-        raise ConfigError(f"{opts.names}: {len(names)} names but the model has {model.num_classes} classes")
-    if opts.coco_ids and model.num_classes != 80:
+    Raises:
+        ConfigError, DataError, WeightsError, FlagError: bad names, weights, inputs or options.
+    """
+    args = request.predict
+    predictor = Predictor.load(request.weights, request.cfg, device=args.device, img_size=args.img_size,
+                               half=args.half)
+    names = class_names(request.names, predictor.model.num_classes)
+    if request.output.coco_ids and predictor.model.num_classes != 80:
         raise ConfigError("--coco-ids needs an 80-class model")
-    device = resolve_device(opts.device)
-    predictor = Predictor(model, device=device, img_size=opts.img_size, half=opts.half)
-    wanted = class_indices(opts.class_filter, names)
-    from turboyolo.infer.video import split_video_sources
-
-    image_sources, videos = split_video_sources(opts.sources)
+    wanted = class_indices(args.class_filter, names)
+    image_sources, videos = split_video_sources(request.sources)
     notes: list[str] = []
     items = gather_images(image_sources, notes) if image_sources or not videos else []
-    if videos and opts.coco_gt:
+    output = request.output
+    if videos and output.coco_gt:
         raise ConfigError("--coco-gt takes image ids from a COCO json; it does not apply to videos")
-    gt_ids = coco_gt_ids(opts.coco_gt) if opts.coco_gt else None
-    if opts.out_dir is None:  # only now: a run that fails on its inputs leaves no empty directory
-        opts.out_dir = next_run_dir(*opts.run_dir)
-    writer = DetectionWriter(opts, names, gt_ids)
-    report = DetectReport(opts.out_dir, notes=notes)
-    fast_target = max(predictor.img_size) if opts.fast_decode else None
-    progress = tqdm(
-        total=len(items), desc="detect", unit="img", disable=opts.quiet or len(items) < 2, file=sys.stderr
-    )
-    for batch in _batches(_decode_all(items, fast_target, opts.workers), opts.batch_size):
+    gt_ids = coco_gt_ids(output.coco_gt) if output.coco_gt else None
+    out_dir = request.out_dir or request.run_dir.make("detect")  # only now: the inputs are good
+    writer = DetectionWriter(out_dir, names, save_txt=output.save_txt, save_conf=output.save_conf,
+                             draw=output.draw, coco_ids=output.coco_ids, gt_ids=gt_ids,
+                             coco_gt=output.coco_gt)
+    report = DetectReport(out_dir, notes=notes)
+    _detect_images(items, predictor, request, wanted, writer, report)
+    for source in videos:
+        _detect_video(source, predictor, request, wanted, writer, report)
+    writer.close(report.skipped)
+    return report
+
+
+def class_names(names_file: str | None, num_classes: int) -> list[str]:
+    """The names of ``--names``, else COCO's for an 80-class model, else the class indices."""
+    if names_file is None:
+        return coco_names() if num_classes == 80 else [str(i) for i in range(num_classes)]
+    names = read_names(names_file)
+    if len(names) != num_classes:
+        raise ConfigError(f"{names_file}: {len(names)} names but the model has {num_classes} classes")
+    return names
+
+
+def _detect_images(items: list[tuple[Path, Path]], predictor: Predictor, request: DetectRequest,
+                   wanted: list[int] | None, writer: DetectionWriter, report: DetectReport) -> None:
+    source_args, batch_size = request.source_args, request.predict.batch_size
+    fast_target = max(predictor.img_size) if source_args.fast_decode else None
+    progress = tqdm(total=len(items), desc="detect", unit="img", disable=request.quiet or len(items) < 2,
+                    file=sys.stderr)
+    for batch in _batches(_decode_all(items, fast_target, source_args.workers), batch_size):
         good = []
         for path, rel, result in batch:
             if isinstance(result, Exception):
@@ -220,7 +239,7 @@ def detect(opts: DetectOptions) -> DetectReport:
             else:
                 good.append((path, rel, result))
         arrays = [array for _, _, (array, _) in good]
-        predictions = _predict(predictor, arrays, opts, wanted)
+        predictions = predictor.run(arrays, request.predict, wanted, source_args.tiles)
         for (path, rel, (array, orig_hw)), prediction in zip(good, predictions):
             _to_full_resolution(prediction, array.shape[:2], orig_hw)
             writer.write(path, rel, array, prediction)
@@ -228,37 +247,13 @@ def detect(opts: DetectOptions) -> DetectReport:
             report.detections += len(prediction.scores)
         progress.update(len(batch))
     progress.close()
-    for source in videos:
-        _detect_video(source, predictor, opts, wanted, writer, report)
-    writer.close(report)
-    return report
 
 
-def _predict(predictor, arrays: list[np.ndarray], opts: DetectOptions, wanted) -> list:
-    if opts.tile:
-        from turboyolo.infer.tiling import TileOptions
-
-        tiles = TileOptions(opts.tile, opts.overlap, whole=opts.tile_whole)
-        return [predictor.predict_tiled(array, tiles, opts.conf_thres, opts.nms_thres,
-                                        multi_label=not opts.single_label, classes=wanted,
-                                        max_det=opts.max_det, batch_size=opts.batch_size) for array in arrays]
-    return predictor.predict_arrays(
-        arrays,
-        opts.conf_thres,
-        opts.nms_thres,
-        multi_label=not opts.single_label,
-        classes=wanted,
-        max_det=opts.max_det,
-    )
-
-
-def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, report: DetectReport) -> None:
+def _detect_video(source: str, predictor: Predictor, request: DetectRequest, wanted: list[int] | None,
+                  writer: DetectionWriter, report: DetectReport) -> None:
     """One video file or stream: every ``--vid-stride``-th frame, labels ``<stem>_<frame>.txt``, and an
     annotated ``<stem>.mp4`` at the source's frame rate divided by the stride."""
-    from tqdm import tqdm
-
-    from turboyolo.infer.video import VideoSink, is_stream, open_video, read_frames
-
+    stride = request.source_args.vid_stride
     try:
         capture, info = open_video(source)
     except DataError as err:
@@ -266,12 +261,13 @@ def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, r
         return
     name = "".join(c if c.isalnum() else "_" for c in source) if is_stream(source) else Path(source).name
     rel = Path(name)
-    sink = VideoSink(opts.out_dir / f"{rel.stem}.mp4", info.fps / opts.vid_stride) if opts.draw else None
-    total = (info.frames + opts.vid_stride - 1) // opts.vid_stride if info.frames else None
-    progress = tqdm(total=total, desc=rel.name, unit="frame", disable=opts.quiet, file=sys.stderr)
+    sink = VideoSink(writer.out_dir / f"{rel.stem}.mp4", info.fps / stride) if writer.draw else None
+    total = (info.frames + stride - 1) // stride if info.frames else None
+    progress = tqdm(total=total, desc=rel.name, unit="frame", disable=request.quiet, file=sys.stderr)
     try:
-        for batch in _batches(read_frames(capture, opts.vid_stride), opts.batch_size):
-            predictions = _predict(predictor, [frame for _, frame in batch], opts, wanted)
+        for batch in _batches(read_frames(capture, stride), request.predict.batch_size):
+            predictions = predictor.run([frame for _, frame in batch], request.predict, wanted,
+                                        request.source_args.tiles)
             for (index, frame), prediction in zip(batch, predictions):
                 writer.write(Path(source), rel, frame, prediction, frame=index, sink=sink)
                 report.frames += 1
@@ -285,13 +281,10 @@ def _detect_video(source: str, predictor, opts: DetectOptions, wanted, writer, r
     report.videos.append(str(sink.path) if sink is not None else source)
 
 
-def _to_full_resolution(prediction, decoded_hw, orig_hw) -> None:
+def _to_full_resolution(prediction: Prediction, decoded_hw, orig_hw) -> None:
     """Boxes found on a reduced decode (``--fast-decode``) back to full-resolution pixels."""
     if tuple(decoded_hw) == tuple(orig_hw):
         return
     scale = np.array([orig_hw[1] / decoded_hw[1], orig_hw[0] / decoded_hw[0]] * 2, np.float32)
     prediction.boxes = prediction.boxes * scale
     prediction.height, prediction.width = orig_hw
-
-
-

@@ -15,50 +15,56 @@ Input ``images``: float32 ``[B, 3, H, W]`` RGB in [0, 1], already letterboxed to
   Boxes are not clipped and not mapped back to the original image: the caller owns its letterbox.
 
 The file's metadata (``metadata_props``) records the mode, input size, strides, anchors and thresholds.
-:func:`export_model` is the whole ``turboyolo export`` job: load, export, compare with onnxruntime.
+:func:`run_export` is the whole ``turboyolo export`` job: load, export, compare with onnxruntime.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
+from torchvision.ops import nms as torchvision_nms
 
 from turboyolo.boxes import cxcywh_to_xyxy
 from turboyolo.errors import ConfigError, FlagError
 from turboyolo.model.darknet import Darknet
+from turboyolo.model.loading import build_model, resolve_model
 from turboyolo.model.postprocess import decode
+from turboyolo.options import CONF_THRES, NMS_THRES, RunDirArgs, img_size_pair, option
 
 EXPORTERS = ("dynamo", "torchscript")
 
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """What to export. ``img_size`` is (width, height), ``None``: the cfg's; thresholds only matter
-    with ``nms`` (which implies decoded outputs)."""
+    """What the graph computes: its input size (``img_size`` (width, height), ``None``: the cfg's), its
+    outputs and, with ``nms`` (which implies decoded outputs), the thresholds built into it."""
 
-    img_size: tuple[int, int] | None
-    decoded: bool = False
-    nms: bool = False
-    dynamic_batch: bool = False
-    conf_thres: float = 0.25
-    nms_thres: float = 0.45
-    max_det: int = 100
-    opset: int | None = None
-    exporter: str = "dynamo"
+    img_size: tuple[int, int] | None = option(None, "input S or W H (default: the cfg's)", type=int,
+                                              nargs="+")
+    decoded: bool = option(False, "output decoded boxes [B, N, 5 + C]", action="store_true")
+    nms: bool = option(False, "include NMS: output detections [K, 7] (implies --decoded)",
+                       action="store_true")
+    dynamic_batch: bool = option(False, "any batch size (default: batch 1)", action="store_true")
+    conf_thres: float = option(CONF_THRES, "with --nms: score threshold", type=float)
+    nms_thres: float = option(NMS_THRES, "with --nms: IoU of per-class NMS", type=float)
+    max_det: int = option(100, "with --nms: detections kept per image and class (ONNX NonMaxSuppression's "
+                          "cap)", type=int)
+    opset: int | None = option(None, "ONNX opset (default: the exporter's)", type=int)
+    exporter: str = option("dynamo", "torch.onnx exporter: torch.export based (default) or the older "
+                           "TorchScript one (faster)", choices=EXPORTERS)
 
     def __post_init__(self):
-        if self.img_size is not None:
-            width, height = self.img_size
-            if width <= 0 or height <= 0:
-                raise FlagError(f"--img-size must be positive, got {width}x{height}")
+        object.__setattr__(self, "img_size", img_size_pair(self.img_size))
+        object.__setattr__(self, "decoded", self.decoded or self.nms)
         if self.exporter not in EXPORTERS:
             raise FlagError(f"--exporter must be one of {', '.join(EXPORTERS)}, got {self.exporter!r}")
         for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
@@ -86,7 +92,7 @@ class ExportWrapper(nn.Module):
     the two inputs ONNX ``NonMaxSuppression`` takes.
     """
 
-    def __init__(self, model: Darknet, mode: str, conf_thres: float = 0.25):
+    def __init__(self, model: Darknet, mode: str, conf_thres: float = CONF_THRES):
         super().__init__()
         self.model, self.mode, self.conf_thres = model, mode, conf_thres
 
@@ -230,7 +236,7 @@ def _set_metadata(graph_model, model: Darknet, options: ExportOptions) -> None:
 
 @dataclass
 class ExportReport:
-    """What :func:`export_model` wrote and how closely onnxruntime reproduces PyTorch."""
+    """What :func:`run_export` wrote and how closely onnxruntime reproduces PyTorch."""
 
     path: Path
     options: ExportOptions  # with img_size resolved
@@ -255,45 +261,57 @@ class ExportReport:
         return "\n".join(lines)
 
 
-def export_model(
-    weights: str | Path,
-    options: ExportOptions,
-    *,
-    cfg: str | Path | None = None,
-    output: str | Path | None = None,
-    run_dir: tuple[str, str, bool] = ("runs/export", "exp", False),
-    check: bool = True,
-) -> ExportReport:
-    """``turboyolo export --format onnx``: load a model, export it, compare the file with PyTorch.
+@dataclass
+class ExportOutputArgs:
+    """The file written and its check."""
 
-    Args:
-        weights: ``.weights`` (with ``cfg``), a checkpoint, or a pinned asset name (``yolov3-tiny``).
-        options: what to export (``img_size`` ``None``: the cfg's).
-        output: the ``.onnx`` file; default: ``<run dir>/<weights stem>.onnx``, the run directory made
-            from ``run_dir`` = (project, name, exist_ok).
-        check: run the file with onnxruntime on random images and report the largest difference from
-            PyTorch (skipped, with the reason in the report, when onnxruntime is not installed).
+    format: str = option("onnx", "export format", choices=("onnx",))
+    output: str | None = option(None, "file to write (default: <run dir>/<weights stem>.onnx)", "-o",
+                                "--output")
+    check: bool = option(True, "run the file with onnxruntime on random images and report the largest "
+                         "difference from PyTorch (--no-check: skip)", action=argparse.BooleanOptionalAction)
+
+
+GROUPS: dict[str, type] = {"export": ExportOptions, "output": ExportOutputArgs, "run_dir": RunDirArgs}
+
+
+@dataclass
+class ExportRequest:
+    """What ``turboyolo export`` is asked to do: ``weights`` (``.weights`` with ``cfg``, a checkpoint, or a
+    pinned asset name such as ``yolov3-tiny``) exported as ``export`` says, into ``output.output`` or a
+    fresh run directory from ``run_dir``."""
+
+    weights: str | Path
+    cfg: str | Path | None = None
+    export: ExportOptions = field(default_factory=ExportOptions)
+    output: ExportOutputArgs = field(default_factory=ExportOutputArgs)
+    run_dir: RunDirArgs = field(default_factory=RunDirArgs)
+
+
+def run_export(request: ExportRequest) -> ExportReport:
+    """``turboyolo export --format onnx``: load a model, export it, compare the file with PyTorch (skipped,
+    with the reason in the report, when onnxruntime is not installed).
+
     Raises:
         ConfigError: the onnx package is missing, or a bad cfg.
         FlagError: an input size that is not a multiple of the network's stride.
     """
-    from turboyolo.model.loading import build_model, resolve_model
-    from turboyolo.rundir import next_run_dir
-
     try:
         import onnx  # noqa: F401
     except ImportError:
         raise ConfigError("--format onnx needs the onnx extra: pip install 'turboyolo[onnx]'") from None
-    spec, weights_path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
+    spec, weights_path = resolve_model(str(request.cfg) if request.cfg is not None else None,
+                                       str(request.weights) if request.weights is not None else None)
     model = build_model(spec, weights_path)
-    options = options.for_model(model)
-    out = Path(output) if output else next_run_dir(*run_dir) / f"{Path(str(weights_path)).stem}.onnx"
+    options = request.export.for_model(model)
+    output = request.output.output
+    out = Path(output) if output else request.run_dir.make("export") / f"{Path(str(weights_path)).stem}.onnx"
     path = export_onnx(model, out, options)
     report = ExportReport(path, options, path.stat().st_size)
     if options.nms and model.heads[-1].nms_kind != "default":
         report.note = (f"note: the cfg asks for nms_kind={model.heads[-1].nms_kind} (DIoU-NMS); the graph's "
                        "ONNX NonMaxSuppression is IoU-based: detections can differ from turboyolo detect's")
-    if check:
+    if request.output.check:
         try:
             import onnxruntime  # noqa: F401
         except ImportError:
@@ -335,13 +353,12 @@ def compare_with_torch(model: Darknet, path: str | Path, options: ExportOptions,
 
 def torch_nms_detections(boxes: torch.Tensor, scores: torch.Tensor, options: ExportOptions) -> np.ndarray:
     """What the NMS graph computes, with torchvision: ``[K, 7]`` (batch, x1, y1, x2, y2, score, class)."""
-    from torchvision.ops import nms
-
     rows = []
     for b in range(boxes.shape[0]):
         for c in range(scores.shape[1]):
             keep = (scores[b, c] > options.conf_thres).nonzero().flatten()
-            chosen = keep[nms(boxes[b, keep], scores[b, c, keep], options.nms_thres)][: options.max_det]
+            kept = torchvision_nms(boxes[b, keep], scores[b, c, keep], options.nms_thres)
+            chosen = keep[kept][: options.max_det]
             for index in chosen.tolist():
                 rows.append([b, *boxes[b, index].tolist(), float(scores[b, c, index]), c])
     return np.array(rows, np.float32).reshape(-1, 7)

@@ -4,53 +4,69 @@ Never overwrites a label file unless asked (``overwrite``); every written file i
 folder's manifest (:mod:`turboyolo.data.autolabels`) so the data set's scan can count model-made labels
 apart from human ones. A review list goes to the run directory: ``review.csv`` and
 ``contact_sheet.jpg``, lowest confidence first (images with no detection before all others), so a
-person checks the least certain labels first. :func:`label_images` is the whole job (``turboyolo label``).
+person checks the least certain labels first. :func:`run_label` is the whole job (``turboyolo label``).
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import cv2
 import numpy as np
 
-from turboyolo.errors import ConfigError, DataError, FlagError
+from turboyolo.data.autolabels import record_model_labels
+from turboyolo.data.decode import load_image, save_image
+from turboyolo.draw import draw_boxes
+from turboyolo.errors import ConfigError, DataError, printable
+from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, resolve
+from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
+from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
+from turboyolo.options import RunDirArgs, option, require
 
 SPLITS = ("unlabeled", "train", "val")
 
 
 @dataclass
-class LabelOptions:
-    """How to label: the flags of ``turboyolo label``, validated here (the Python API gets the same errors).
+class LabelArgs:
+    """Which images get labels, and the review list."""
 
-    ``out_dir`` receives ``review.csv`` and ``contact_sheet.jpg``; ``None``: a fresh run directory from
-    ``run_dir`` = (project, name, exist_ok), made once the model has loaded.
-    """
-
-    split: str = "unlabeled"
-    conf_thres: float = 0.25
-    nms_thres: float = 0.45
-    single_label: bool = False
-    overwrite: bool = False  # also replace existing (human) label files
-    img_size: tuple[int, int] | None = None  # network input (width, height); None: the cfg's
-    device: str | None = None  # see turboyolo.devices.resolve_device; None: CUDA when available
-    batch_size: int = 8
-    sheet_max: int = 64  # images on the contact sheet
+    split: str = option("unlabeled", "images to label (unlabeled: the data file's `unlabeled` entry, or the "
+                        "folder)", choices=SPLITS)
+    overwrite: bool = option(False, "also replace existing (human) label files", action="store_true")
+    sheet_max: int = option(64, "images on the contact sheet", type=int)
     thumb: int = 224  # contact-sheet tile side (px)
-    out_dir: Path | None = None
-    run_dir: tuple[str, str, bool] = ("runs/label", "exp", False)
 
     def __post_init__(self) -> None:
-        for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
-            if not 0 <= value <= 1:
-                raise FlagError(f"{flag} must lie in [0, 1], got {value}")
-        self.batch_size = max(1, self.batch_size)
+        require(self.split in SPLITS, f"--split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+
+
+GROUPS: dict[str, type] = {"predict": PredictArgs, "label": LabelArgs, "run_dir": RunDirArgs}
+
+
+@dataclass
+class LabelRequest:
+    """What ``turboyolo label`` is asked to do (the Python API gets the flags' errors too).
+
+    ``weights``: ``.weights`` (with ``cfg``), a checkpoint, or a pinned asset name (``yolov3-tiny``);
+    ``data``: a .data, data.yaml or image folder, whose ``label.split`` is labelled. ``out_dir`` receives
+    ``review.csv`` and ``contact_sheet.jpg``; ``None``: a fresh run directory from ``run_dir``, made once
+    the model has loaded.
+    """
+
+    weights: str | Path
+    data: str | Path
+    cfg: str | Path | None = None
+    predict: PredictArgs = field(default_factory=PredictArgs)
+    label: LabelArgs = field(default_factory=LabelArgs)
+    run_dir: RunDirArgs = field(default_factory=RunDirArgs)
+    out_dir: Path | None = None
 
 
 @dataclass
 class LabelReport:
-    """What :func:`label_images` did: one review row per image, lowest confidence first."""
+    """What :func:`run_label` did: one review row per image, lowest confidence first."""
 
     out_dir: Path
     rows: list[ReviewRow]
@@ -87,8 +103,6 @@ class ReviewRow:
 def split_images(data: str | Path, split: str) -> list[Path]:
     """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
     key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
-    from turboyolo.formats.datasets import list_images, load_data_config, resolve
-
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
     config = load_data_config(data)
@@ -112,79 +126,58 @@ def split_images(data: str | Path, split: str) -> list[Path]:
     return images
 
 
-def label_images(weights: str | Path, data: str | Path, options: LabelOptions | None = None, *,
-                 cfg: str | Path | None = None) -> LabelReport:
+def run_label(request: LabelRequest) -> LabelReport:
     """``turboyolo label``: a model's detections as YOLO labels for the images of a split without one.
 
-    Args:
-        weights: ``.weights`` (with ``cfg``), a checkpoint, or a pinned asset name (``yolov3-tiny``).
-        data: a .data, data.yaml or image folder; ``options.split`` picks its images.
-        cfg: the Darknet ``.cfg`` for a ``.weights`` file.
-    Returns:
-        The review rows and the run directory holding ``review.csv`` and ``contact_sheet.jpg``.
+    Returns the review rows and the run directory holding ``review.csv`` and ``contact_sheet.jpg``.
+
     Raises:
         ConfigError, DataError, WeightsError, FlagError: a bad split, data set, model or device.
     """
-    from turboyolo.devices import resolve_device
-    from turboyolo.infer.predict import Predictor
-    from turboyolo.model.loading import build_model, resolve_model
-    from turboyolo.rundir import next_run_dir
-
-    options = options or LabelOptions()
-    images = split_images(data, options.split)
-    spec, weights_path = resolve_model(str(cfg) if cfg is not None else None, str(weights))
-    device = resolve_device(options.device)
-    predictor = Predictor(build_model(spec, weights_path), device=device, img_size=options.img_size)
-    if options.out_dir is None:
-        options = replace(options, out_dir=next_run_dir(*options.run_dir))
-    rows = auto_label(predictor, images, options, Path(str(weights_path)).name)
-    return LabelReport(options.out_dir, rows)
+    args = request.predict
+    images = split_images(request.data, request.label.split)
+    predictor = Predictor.load(request.weights, request.cfg, device=args.device, img_size=args.img_size,
+                               half=args.half)
+    names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
+    classes = class_indices(args.class_filter, names)
+    out_dir = request.out_dir or request.run_dir.make("label")
+    rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
+    return LabelReport(out_dir, rows)
 
 
-def auto_label(predictor, images: list[Path], opts: LabelOptions, weights_name: str) -> list[ReviewRow]:
-    """Write labels for ``images`` that have none; returns one review row per image.
-
-    ``opts.out_dir`` (required here) receives the review list.
-    """
-    from turboyolo.data.autolabels import record_model_labels
-    from turboyolo.data.decode import load_image
-    from turboyolo.formats.datasets import label_path_for
-    from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
-
-    if opts.out_dir is None:
-        raise ValueError("auto_label writes its review into opts.out_dir; set it (label_images does)")
+def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, label: LabelArgs, out_dir: Path,
+               weights_name: str, classes: list[int] | None = None) -> list[ReviewRow]:
+    """Write labels for ``images`` that have none (or all, with ``label.overwrite``); returns one review
+    row per image, lowest confidence first, and writes the review list into ``out_dir``."""
     rows: list[ReviewRow] = []
     todo = []
     for image in images:
-        label = label_path_for(image)
-        if label.exists() and not opts.overwrite:
-            rows.append(ReviewRow(image, label, "kept"))
+        path = label_path_for(image)
+        if path.exists() and not label.overwrite:
+            rows.append(ReviewRow(image, path, "kept"))
         else:
-            todo.append((image, label))
+            todo.append((image, path))
     written: list[Path] = []
     drawings: dict[Path, np.ndarray] = {}
-    for start in range(0, len(todo), opts.batch_size):
+    for start in range(0, len(todo), args.batch_size):
         batch, arrays = [], []
-        for image, label in todo[start : start + opts.batch_size]:
+        for image, path in todo[start : start + args.batch_size]:
             try:
                 arrays.append(load_image(image))
-                batch.append((image, label))
+                batch.append((image, path))
             except Exception as err:  # noqa: BLE001 - one bad file must not stop the run
-                rows.append(ReviewRow(image, label, f"unreadable: {err}"))
-        predictions = predictor.predict_arrays(
-            arrays, opts.conf_thres, opts.nms_thres, multi_label=not opts.single_label
-        )
-        for (image, label), array, prediction in zip(batch, arrays, predictions):
-            write_yolo_labels(label, boxes_to_yolo_rows(prediction.boxes, prediction.classes,
-                                                        prediction.width, prediction.height))
-            written.append(label)
-            rows.append(ReviewRow(image, label, "written", np.asarray(prediction.scores, np.float32)))
-            drawings[image] = _thumbnail(array, prediction, opts.thumb)
+                rows.append(ReviewRow(image, path, f"unreadable: {err}"))
+        for (image, path), array, prediction in zip(batch, arrays, predictor.run(arrays, args, classes)):
+            write_yolo_labels(path, boxes_to_yolo_rows(prediction.boxes, prediction.classes,
+                                                       prediction.width, prediction.height))
+            written.append(path)
+            rows.append(ReviewRow(image, path, "written", np.asarray(prediction.scores, np.float32)))
+            drawings[image] = _thumbnail(array, prediction, label.thumb)
     record_model_labels(
-        written, weights=weights_name, conf_thres=opts.conf_thres, single_label=opts.single_label
+        written, weights=weights_name, conf_thres=args.conf_thres, single_label=args.single_label
     )
     rows.sort(key=_review_key)
-    _write_review(rows, opts, drawings)
+    _write_review(rows, out_dir, label, drawings)
     return rows
 
 
@@ -194,11 +187,7 @@ def _review_key(row: ReviewRow) -> tuple:
     return (order, len(row.scores) > 0, row.min_conf, str(row.image))
 
 
-def _thumbnail(array: np.ndarray, prediction, size: int) -> np.ndarray:
-    import cv2
-
-    from turboyolo.draw import draw_boxes
-
+def _thumbnail(array: np.ndarray, prediction: Prediction, size: int) -> np.ndarray:
     scale = size / max(array.shape[:2])
     image = cv2.resize(array, (max(1, round(array.shape[1] * scale)), max(1, round(array.shape[0] * scale))))
     colors = [(255, 0, 0) if score < 0.5 else (0, 200, 0) for score in prediction.scores]  # red: doubtful
@@ -209,15 +198,11 @@ def _thumbnail(array: np.ndarray, prediction, size: int) -> np.ndarray:
     return tile
 
 
-def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path, np.ndarray]) -> None:
-    import cv2
-
-    from turboyolo.data.decode import save_image
-    from turboyolo.errors import printable
-
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
+def _write_review(rows: list[ReviewRow], out_dir: Path, label: LabelArgs,
+                  drawings: dict[Path, np.ndarray]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
     # a file name that is not UTF-8 is written with \xNN escapes (errors.printable), not a crash
-    review = opts.out_dir / "review.csv"
+    review = out_dir / "review.csv"
     with open(review, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle)
         writer.writerow(["image", "label", "status", "detections", "min_conf", "mean_conf"])
@@ -232,11 +217,11 @@ def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path
                     f"{row.mean_conf:.4f}",
                 ]
             )
-    shown = [row for row in rows if row.image in drawings][: opts.sheet_max]
+    shown = [row for row in rows if row.image in drawings][: label.sheet_max]
     if not shown:
         return
     columns = min(8, len(shown))
-    size = opts.thumb
+    size = label.thumb
     sheet = np.full((((len(shown) + columns - 1) // columns) * (size + 18), columns * size, 3), 255, np.uint8)
     for k, row in enumerate(shown):
         top, left = (k // columns) * (size + 18), (k % columns) * size
@@ -244,4 +229,4 @@ def _write_review(rows: list[ReviewRow], opts: LabelOptions, drawings: dict[Path
         # cv2.putText crashes on text that is not UTF-8: printable() escapes such bytes
         caption = f"{printable(row.image.name)[-24:]} {len(row.scores)} min {row.min_conf:.2f}"
         cv2.putText(sheet, caption, (left + 2, top + size + 13), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (0, 0, 0), 1)
-    save_image(opts.out_dir / "contact_sheet.jpg", sheet)
+    save_image(out_dir / "contact_sheet.jpg", sheet)

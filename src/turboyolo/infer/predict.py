@@ -1,9 +1,10 @@
-"""Inference API: a model plus Darknet's letterbox and post-processing.
+"""Inference: a model plus Darknet's letterbox and post-processing, and the options every detector
+command shares (:class:`PredictArgs`: ``turboyolo detect``, ``turboyolo label``, :func:`turboyolo.detect`).
 
->>> from turboyolo.infer.predict import Predictor                                  # doctest: +SKIP
->>> predictor = Predictor.from_files("yolov3-tiny.cfg", "yolov3-tiny.weights")  # doctest: +SKIP
->>> [result] = predictor.predict(["dog.jpg"])                                # doctest: +SKIP
->>> result.boxes, result.scores, result.classes                              # doctest: +SKIP
+>>> from turboyolo.infer.predict import Predictor                        # doctest: +SKIP
+>>> predictor = Predictor.load("yolov3-tiny.weights", "yolov3-tiny.cfg")  # doctest: +SKIP
+>>> [result] = predictor.predict(["dog.jpg"])                            # doctest: +SKIP
+>>> result.boxes, result.scores, result.classes                          # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -16,9 +17,55 @@ import numpy as np
 import torch
 
 from turboyolo.boxes import Letterbox
+from turboyolo.data.decode import load_image
+from turboyolo.devices import resolve_device
+from turboyolo.errors import ConfigError, FlagError
+from turboyolo.infer.tiling import TileOptions, detect_tiled
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.loading import build_model
+from turboyolo.model.loading import build_model, resolve_model
 from turboyolo.model.postprocess import decode, nms_options, postprocess
+from turboyolo.options import CONF_THRES, NMS_THRES, device_option, img_size_pair, option, require
+
+
+@dataclass
+class PredictArgs:
+    """How the model detects: input size, thresholds, which classes, where it runs and in what batches."""
+
+    conf_thres: float = option(CONF_THRES, "objectness and class-score threshold", type=float)
+    nms_thres: float = option(NMS_THRES, "IoU of per-class NMS", type=float)
+    img_size: tuple[int, int] | None = option(None, "network input: S or W H (default: the cfg's)", type=int,
+                                              nargs="+")
+    class_filter: list[str] | None = option(None, "keep only these classes (names or indices)", nargs="+")
+    single_label: bool = option(False, "one class per box (the best), not Darknet's multi-label",
+                                action="store_true")
+    max_det: int | None = option(None, "cap detections per image", type=int)
+    device: str = device_option()
+    half: bool = option(False, "fp16 on CUDA (bf16 on CPU)", action="store_true")
+    batch_size: int = option(8, "images per forward pass", "-b", "--batch-size", type=int)
+
+    def __post_init__(self) -> None:
+        self.img_size = img_size_pair(self.img_size)
+        for flag, value in (("--conf-thres", self.conf_thres), ("--nms-thres", self.nms_thres)):
+            require(0 <= value <= 1, f"{flag} must lie in [0, 1], got {value}")
+        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
+        require(self.max_det is None or self.max_det >= 1, f"--max-det must be >= 1, got {self.max_det}")
+        if self.class_filter is not None:
+            self.class_filter = [str(item) for item in self.class_filter]
+
+
+def class_indices(filters: Sequence[str] | None, names: Sequence[str]) -> list[int] | None:
+    """``--class-filter`` (names or indices) -> class indices; ``None`` keeps every class."""
+    if not filters:
+        return None
+    out = []
+    for item in filters:
+        if item.isdigit() and int(item) < len(names):
+            out.append(int(item))
+        elif item in names:
+            out.append(list(names).index(item))
+        else:
+            raise FlagError(f"--class-filter {item!r} is neither a class index nor one of the names")
+    return out
 
 
 def letterbox_size(width: int, height: int, net_w: int, net_h: int) -> tuple[int, int]:
@@ -122,15 +169,26 @@ class Predictor:
             (torch.float16 if self.device.type == "cuda" else torch.bfloat16) if half else torch.float32
         )
         self.model = model.to(self.device, self.dtype).eval()
+        self.weights_path: Path | None = None  # the file the weights came from (set by load)
         net = model.spec.net
         self.img_size = img_size or (net.width, net.height)
         if self.img_size[0] % model.max_stride or self.img_size[1] % model.max_stride:
-            from turboyolo.errors import ConfigError
-
             raise ConfigError(
                 f"--img-size {self.img_size[0]}x{self.img_size[1]} must be a multiple of "
                 f"{model.max_stride} for this network"
             )
+
+    @classmethod
+    def load(cls, weights: str | Path, cfg: str | Path | None = None, *, device: str | None = "auto",
+             img_size: int | Sequence[int] | None = None, half: bool = False) -> Predictor:
+        """The model that ``--weights`` (and ``--cfg``) name, ready on ``device``: a ``.weights`` file with
+        its cfg, a checkpoint that carries its cfg, or a pinned asset name (``yolov3-tiny``)."""
+        spec, path = resolve_model(str(cfg) if cfg is not None else None,
+                                   str(weights) if weights is not None else None)
+        predictor = cls(build_model(spec, path), device=resolve_device(device),
+                        img_size=img_size_pair(img_size), half=half)
+        predictor.weights_path = Path(str(path))
+        return predictor
 
     @classmethod
     def from_files(cls, cfg: str | Path, weights: str | Path | None, **kwargs) -> Predictor:
@@ -140,8 +198,8 @@ class Predictor:
     def predict_arrays(
         self,
         images: Sequence[np.ndarray],
-        conf_thres: float = 0.25,
-        nms_thres: float = 0.45,
+        conf_thres: float = CONF_THRES,
+        nms_thres: float = NMS_THRES,
         multi_label: bool = True,
         classes: Sequence[int] | None = None,
         max_det: int | None = None,
@@ -176,12 +234,11 @@ class Predictor:
             for det, lb in zip(detections, letterboxes)
         ]
 
-    def predict_tiled(self, image: np.ndarray, tiles, conf_thres: float = 0.25, nms_thres: float = 0.45,
-                      multi_label: bool = True, classes: Sequence[int] | None = None,
-                      max_det: int | None = None, batch_size: int = 8) -> Prediction:
-        """Detect on one large uint8 RGB image by overlapping full-resolution tiles, merged
-        (``tiles``: a :class:`turboyolo.infer.tiling.TileOptions`)."""
-        from turboyolo.infer.tiling import detect_tiled
+    def predict_tiled(self, image: np.ndarray, tiles: TileOptions, conf_thres: float = CONF_THRES,
+                      nms_thres: float = NMS_THRES, multi_label: bool = True,
+                      classes: Sequence[int] | None = None, max_det: int | None = None,
+                      batch_size: int = 8) -> Prediction:
+        """Detect on one large uint8 RGB image by overlapping full-resolution tiles, merged."""
 
         def predict(crops: list[np.ndarray]) -> list[Prediction]:
             return self.predict_arrays(crops, conf_thres, nms_thres, multi_label=multi_label, classes=classes)
@@ -192,6 +249,18 @@ class Predictor:
 
     def predict(self, paths: Sequence[str | Path], **kwargs) -> list[Prediction]:
         """Detect on image files (decoded at full resolution, EXIF orientation applied)."""
-        from turboyolo.data.decode import load_image
-
         return self.predict_arrays([load_image(p) for p in paths], **kwargs)
+
+    def run(self, arrays: Sequence[np.ndarray], args: PredictArgs, classes: Sequence[int] | None = None,
+            tiles: TileOptions | None = None) -> list[Prediction]:
+        """Detect on uint8 RGB arrays as ``args`` says (thresholds, labels, cap; ``classes``: the indices of
+        its ``class_filter``), in batches of ``args.batch_size``, or tiled when ``tiles`` is given."""
+        kwargs = dict(multi_label=not args.single_label, classes=classes, max_det=args.max_det)
+        if tiles is not None:
+            return [self.predict_tiled(array, tiles, args.conf_thres, args.nms_thres,
+                                       batch_size=args.batch_size, **kwargs) for array in arrays]
+        results = []
+        for start in range(0, len(arrays), args.batch_size):
+            chunk = arrays[start : start + args.batch_size]
+            results += self.predict_arrays(chunk, args.conf_thres, args.nms_thres, **kwargs)
+        return results

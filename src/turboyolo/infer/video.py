@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from turboyolo.errors import DataError
+from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".ts")
 
@@ -32,8 +34,6 @@ def is_video_file(path: str | Path) -> bool:
 def split_video_sources(sources: list[str]) -> tuple[list[str], list[str]]:
     """(image sources, video sources). A glob's video matches go to the videos; the glob itself stays
     an image source when it also matches an image (so ``clips/*`` takes both)."""
-    from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files
-
     images, videos = [], []
     for source in sources:
         if is_stream(source) and not Path(source).exists():
@@ -60,8 +60,6 @@ class VideoInfo:
 
 def open_video(source: str):
     """A ``cv2.VideoCapture`` that is open, and its :class:`VideoInfo`."""
-    import cv2
-
     if source.isdigit():
         capture = cv2.VideoCapture(int(source))
     elif _utf8(source):
@@ -87,8 +85,6 @@ def open_video(source: str):
 def read_frames(capture, stride: int = 1) -> Iterator[tuple[int, np.ndarray]]:
     """(frame index, RGB uint8 ``[H, W, 3]``) for every ``stride``-th frame; skipped frames are only
     grabbed (not decoded)."""
-    import cv2
-
     index = 0
     while True:
         if index % stride:
@@ -110,8 +106,6 @@ class VideoSink:
         self._staging: Path | None = None  # written under a UTF-8 name, moved to ``path`` on close
 
     def write(self, bgr: np.ndarray) -> None:
-        import cv2
-
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             target = self.path

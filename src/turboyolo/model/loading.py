@@ -7,14 +7,16 @@ pickled class, a function) is refused with what it is, never with advice to load
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from pathlib import Path
 
 import torch
 
-from turboyolo.errors import WeightsError
-from turboyolo.formats.darknet_cfg import ModelSpec, YoloSpec, parse_cfg
+from turboyolo import assets
+from turboyolo.errors import ConfigError, WeightsError
+from turboyolo.formats.darknet_cfg import ModelSpec, YoloSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.darknet_weights import (
     WeightsHeader,
     cutoff_from_name,
@@ -23,6 +25,7 @@ from turboyolo.formats.darknet_weights import (
     write_weights,
 )
 from turboyolo.model.darknet import Darknet
+from turboyolo.model.zoo import make_spec, with_classes
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # What --resume reads from a checkpoint (turboyolo.train.checkpoint writes these and more), with their types.
@@ -235,15 +238,13 @@ def _model_for_size(spec: ModelSpec, floats: int, path, leftover: int = 0) -> Da
     A Darknet network's float count is linear in the class count (only the head convolutions depend on
     it), so two layouts give it for every class count: no search over models.
     """
-    from turboyolo.model.zoo import with_num_classes
-
     own = _layout(spec)
     if not leftover and sum(n for _, n in own) == floats:
         return Darknet(spec)
-    one = sum(n for _, n in _layout(with_num_classes(spec, 1)))
-    per_class = sum(n for _, n in _layout(with_num_classes(spec, 2))) - one
+    one = sum(n for _, n in _layout(with_classes(spec, 1)))
+    per_class = sum(n for _, n in _layout(with_classes(spec, 2))) - one
     if not leftover and per_class > 0 and floats >= one and (floats - one) % per_class == 0:
-        candidate = with_num_classes(spec, 1 + (floats - one) // per_class)
+        candidate = with_classes(spec, 1 + (floats - one) // per_class)
         if sum(n for _, n in _layout(candidate)) == floats:
             return Darknet(candidate)
     raise WeightsError(_size_mismatch(spec, own, floats, path, leftover, one, per_class))
@@ -309,8 +310,6 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
 def weights_path(weights: str | Path) -> Path:
     """The file ``weights`` names: a path, or a pinned asset name (``yolov3-tiny``, ``yolov4-tiny``, ...)
     fetched into the cache (a file of that name in the working directory wins)."""
-    from turboyolo import assets
-
     path = Path(weights)
     if not path.exists() and str(weights) in assets.ASSETS:
         return assets.fetch(str(weights))
@@ -354,8 +353,6 @@ def init_head_priors(model: Darknet, layers) -> None:
     With a zero bias every one of the thousands of cells starts at p = 0.5, so the first iterations
     are dominated by a huge "no object" loss whose gradient also shakes the pretrained layers.
     """
-    import math
-
     with torch.no_grad():
         for head in model.heads:
             index = head.layer_index - 1
@@ -381,11 +378,6 @@ def resolve_model(cfg: str | Path | None, weights: str | Path | None) -> tuple[M
     ``weights`` may be a pinned asset name (``yolov3-tiny``: fetched, with the canonical cfg), a
     checkpoint that carries its cfg (no ``cfg`` needed), or a ``.weights`` file with its ``cfg``.
     """
-    from turboyolo import assets
-    from turboyolo.errors import ConfigError
-    from turboyolo.formats.darknet_cfg import parse_cfg_text
-    from turboyolo.model.zoo import make_spec
-
     if weights is None:
         raise ConfigError("--weights is required (a .weights file, a checkpoint, or `yolov3-tiny`)")
     weights = str(weights)

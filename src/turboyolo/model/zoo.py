@@ -2,7 +2,7 @@
 
 ``make_spec("yolov3", num_classes=N)`` returns the :class:`ModelSpec` of Darknet's canonical network
 with N classes; :func:`turboyolo.formats.darknet_cfg.write_cfg` turns it into a ``.cfg``. The YOLOv3
-family is here; yolov4-tiny, yolov4, yolov4-csp and yolov7-tiny are in :mod:`turboyolo.model.zoo_v4`.
+family is here; yolov4-tiny, yolov4, yolov4-csp and yolov7-tiny are in :mod:`turboyolo.model.zoo_alexeyab`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from turboyolo.formats.darknet_cfg import (
     UpsampleSpec,
     YoloSpec,
 )
-from turboyolo.model.zoo_v4 import FAMILY as V4_FAMILY
-from turboyolo.model.zoo_v4 import conv
+from turboyolo.model.zoo_alexeyab import FAMILY as V4_FAMILY
+from turboyolo.model.zoo_alexeyab import conv
 
 COCO_ANCHORS = (
     (10, 13),
@@ -188,18 +188,6 @@ def _v4_spec(
         raise ConfigError(f"{architecture} needs {len(arch.anchors)} anchors, got {len(anchors)}")
     layers = arch.layers(num_classes, anchors)
     return ModelSpec(net=net, layers=tuple(layers), source=f"<{architecture}>")
-
-
-def with_num_classes(spec: ModelSpec, num_classes: int) -> ModelSpec:
-    """The same network with every head resized to ``num_classes`` classes."""
-    layers = list(spec.layers)
-    for index, layer in enumerate(layers):
-        if isinstance(layer, YoloSpec):
-            layers[index] = replace(layer, classes=num_classes)
-            head = layers[index - 1]
-            if isinstance(head, ConvSpec):
-                layers[index - 1] = replace(head, filters=len(layer.mask) * (num_classes + 5))
-    return replace(spec, layers=tuple(layers))
 
 
 def with_anchors(spec: ModelSpec, anchors: tuple[tuple[float, float], ...]) -> ModelSpec:

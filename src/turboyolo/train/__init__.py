@@ -1,20 +1,7 @@
 """The training wing: the loop (:mod:`~turboyolo.train.fit`), its step and evaluation, loss, schedule,
-checkpoints, configuration, logging, DDP helpers and the ``turboyolo test`` evaluation.
+checkpoints, configuration, logging, DDP helpers and the ``turboyolo test`` job.
 
-The package is also the Python API's training call: ``turboyolo.train(cfg=..., data=..., weights=...,
-**options)`` is :func:`turboyolo.train.fit.train`. (A package and a function cannot share the name
-``turboyolo.train`` otherwise: importing the package would replace the function on ``turboyolo``.)
+The Python API's training call, ``turboyolo.train(cfg=..., data=..., **options)``, is
+:func:`turboyolo.api.train`: the attribute ``turboyolo.train`` is that function, so this package's modules
+are imported by name (``from turboyolo.train.fit import fit``), not reached as attributes of ``turboyolo``.
 """
-
-import sys
-import types
-
-
-class _TrainPackage(types.ModuleType):
-    def __call__(self, cfg=None, data=None, weights=None, **options):
-        from turboyolo.train.fit import train
-
-        return train(cfg, data, weights, **options)
-
-
-sys.modules[__name__].__class__ = _TrainPackage

@@ -1,4 +1,5 @@
-"""The ``turboyolo anchors`` job: anchors fitted to a data set's boxes, compared with the ones a cfg trains.
+"""Anchors against a data set's boxes: the ``turboyolo anchors`` job (anchors fitted to the boxes, compared
+with the ones a cfg trains) and the check at the start of a run (:func:`check_anchors`, ``--autoanchor``).
 
 The fitting itself (letterbox box sizes, k-means with 1 - IoU, mean IoU / recall / used) is
 :mod:`turboyolo.data.anchors`; this module adds what needs the model side too: the cfg's current
@@ -9,14 +10,22 @@ import each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from turboyolo.data.anchors import AnchorFit, anchor_fit, kmeans_anchors, letterbox_box_sizes
-from turboyolo.errors import ConfigError, DataError, FlagError
+from turboyolo.data.scan import Sample, scan_dataset
+from turboyolo.errors import ConfigError, DataError
+from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, write_cfg
+from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
+from turboyolo.options import img_size_pair, option, require
+from turboyolo.train.defaults import first_yolo
+
+ANCHOR_IOU = 0.5  # a box is coverable when its best anchor reaches this shape IoU (`turboyolo anchors`)
+MIN_BPR = 0.98  # below this best-possible recall the check warns (Ultralytics' threshold)
 
 
 @dataclass
@@ -55,45 +64,55 @@ class AnchorReport:
         return "\n".join(lines)
 
 
-def anchor_report(
-    data: str | Path,
-    split: str = "train",
-    *,
-    cfg: str | Path | None = None,
-    num: int | None = None,
-    img_size: int | tuple[int, int] | None = None,
-    thresh: float = 0.5,
-    restarts: int = 10,
-    seed: int = 0,
-    output: str | Path | None = None,
-    log: Callable[[str], object] = print,
-) -> AnchorReport:
-    """Fit ``num`` anchors to the boxes of ``split`` and score them next to the current anchors.
+@dataclass
+class AnchorsArgs:
+    """How many anchors, fitted at which size, and the fit's search."""
 
-    Args:
-        data: a .data, data.yaml or image folder.
-        cfg: compare with this cfg's anchors (its first [yolo] layer) and take its input size.
-        num: anchors to fit; default: the cfg's count, else 9. With 6 or 9 and no cfg, the
-            yolov3-tiny / yolov3 COCO anchors are the reference.
-        img_size: letterbox side or (width, height); default: the cfg's, else 416.
-        thresh: IoU a box needs with its best anchor to count as recalled.
-        restarts: k-means++ starts (the best is kept); ``seed`` makes the result deterministic.
-        output: write ``cfg`` with the fitted anchors to this file.
-        log: receives the data set's scan summary.
+    split: str = option("train", "boxes of this split", choices=("train", "val"))
+    num: int | None = option(None, "anchors to fit (default: the cfg's count, else 9; with 6 or 9 and no "
+                             "cfg, the yolov3-tiny / yolov3 COCO anchors are the reference)", "-n", "--num",
+                             type=int)
+    img_size: tuple[int, int] | None = option(None, "network input S or W H (default: the cfg's, else 416)",
+                                              type=int, nargs="+")
+    thresh: float = option(0.5, "IoU a box needs with its best anchor to count as recalled", type=float)
+    restarts: int = option(10, "k-means++ starts; the best one is kept", type=int)
+    seed: int = option(0, "random seed of the k-means starts", type=int)
+    output: str | None = option(None, "write --cfg with the fitted anchors to this file", "-o", "--output")
+
+    def __post_init__(self) -> None:
+        self.img_size = img_size_pair(self.img_size)
+        require(self.num is None or self.num >= 1, f"--num must be >= 1, got {self.num}")
+        require(0 < self.thresh <= 1, f"--thresh must lie in (0, 1], got {self.thresh}")
+
+
+GROUPS: dict[str, type] = {"anchors": AnchorsArgs}
+
+
+@dataclass
+class AnchorsRequest:
+    """What ``turboyolo anchors`` is asked to do: fit anchors to the boxes of ``data`` (a .data, data.yaml
+    or image folder); compare them with ``cfg``'s (its first [yolo] layer; it also gives the input size)."""
+
+    data: str | Path
+    cfg: str | Path | None = None
+    anchors: AnchorsArgs = field(default_factory=AnchorsArgs)
+
+
+def run_anchors(request: AnchorsRequest, log: Callable[[str], object] = lambda _: None) -> AnchorReport:
+    """Fit anchors to the boxes of the split and score them next to the current anchors; ``log``
+    receives the data set's scan summary.
+
     Raises:
         ConfigError: the cfg has no [yolo] layer; ``output`` without ``cfg``, or with a ``num``
             other than the cfg's count.
-        FlagError: ``num`` < 1, a bad ``img_size``, ``thresh`` outside (0, 1].
         DataError: the split has no boxes, or fewer distinct box sizes than ``num``.
     """
-    from turboyolo.data.scan import scan_dataset
-    from turboyolo.formats.darknet_cfg import YoloSpec, parse_cfg, write_cfg
-    from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
-
+    data, cfg, args = request.data, request.cfg, request.anchors
+    num, output, thresh, split = args.num, args.output, args.thresh, args.split
     spec = parse_cfg(cfg) if cfg else None
     current, current_name = None, ""
     if spec is not None:
-        yolo = next((layer for layer in spec.layers if isinstance(layer, YoloSpec)), None)
+        yolo = first_yolo(spec)
         if yolo is None:
             raise ConfigError(f"{cfg}: no [yolo] layer, so no anchors to compare with")
         current, current_name = yolo.anchors, Path(cfg).name
@@ -101,20 +120,14 @@ def anchor_report(
     if current is None and num in (6, 9):
         current = TINY_ANCHORS if num == 6 else COCO_ANCHORS
         current_name = "yolov3-tiny COCO" if num == 6 else "yolov3 COCO"
-    if num < 1:
-        raise FlagError(f"--num must be >= 1, got {num}")
     if output and spec is None:
         raise ConfigError("-o/--output rewrites a cfg: pass it with --cfg (or use `turboyolo cfg --anchors`)")
     if output and current is not None and len(current) != num:
         raise ConfigError(f"--num {num} but {cfg} has {len(current)} anchors; drop --num or -o")
-    if img_size is None:
+    if args.img_size is None:
         size = (spec.net.width, spec.net.height) if spec is not None else (416, 416)
     else:
-        size = (img_size, img_size) if isinstance(img_size, int) else (img_size[0], img_size[-1])
-        if min(size) <= 0:
-            raise FlagError(f"--img-size must be positive, got {size[0]}x{size[1]}")
-    if not 0 < thresh <= 1:
-        raise FlagError(f"--thresh must lie in (0, 1], got {thresh}")
+        size = args.img_size
 
     scan = scan_dataset(data, split)
     log(scan.console_text())
@@ -123,7 +136,7 @@ def anchor_report(
     if len(boxes) == 0:
         raise DataError(f"{data}: the {split} split has no boxes to fit anchors to")
     try:
-        fitted = kmeans_anchors(boxes, num, restarts=restarts, seed=seed, thresh=thresh)
+        fitted = kmeans_anchors(boxes, num, restarts=args.restarts, seed=args.seed, thresh=thresh)
     except ValueError as err:
         raise DataError(f"{data}: {err}; lower --num") from None
     report = AnchorReport(boxes, size, fitted)
@@ -132,3 +145,48 @@ def anchor_report(
     if output:
         report.written = write_cfg(with_anchors(spec, tuple(map(tuple, fitted.anchors))), output)
     return report
+
+
+# ------------------------------------------------------------------------------ the check at a run's start
+def check_anchors(spec: ModelSpec, samples: Sequence[Sample], *, autoanchor: bool, data: str, cfg: str,
+                  say: Callable[..., None]) -> ModelSpec:
+    """Print how well the cfg's anchors cover the training boxes at the training size; below
+    :data:`MIN_BPR` warn (or with ``autoanchor`` fit new anchors and return the cfg with them).
+
+    The figures are those of ``turboyolo anchors`` (:func:`turboyolo.data.anchors.anchor_fit`, shape
+    IoU >= :data:`ANCHOR_IOU`). New anchors keep the pretrained heads useful: box outputs are relative to
+    the anchor.
+    """
+    yolo = first_yolo(spec)
+    labelled = [s for s in samples if len(s.labels)]
+    if yolo is None or not labelled or any(s.hw is None for s in labelled):
+        return spec
+    net = spec.net
+    sizes = letterbox_box_sizes([s.labels for s in labelled], [s.hw for s in labelled],
+                                (net.width, net.height))
+    current = anchor_fit(sizes, yolo.anchors, ANCHOR_IOU)
+    say(f"anchors: {_figures(current)} on {len(sizes)} training boxes at {net.width}x{net.height}")
+    if current.recall >= MIN_BPR:
+        return spec
+    if not autoanchor:
+        say(f"warning: the anchors cover the training boxes poorly (best-possible recall "
+            f"{current.recall:.1%} < {MIN_BPR:.0%}); fit new ones with `turboyolo anchors --data {data} "
+            f"--cfg {cfg}` and give them to --anchors, or leave --autoanchor on (the default) and no "
+            "--anchors")
+        return spec
+    try:
+        fitted = kmeans_anchors(sizes, len(yolo.anchors), seed=0, thresh=ANCHOR_IOU)
+    except ValueError as err:
+        say(f"autoanchor: cannot fit {len(yolo.anchors)} anchors ({err}); keeping the cfg's")
+        return spec
+    if (fitted.recall, fitted.mean_iou) <= (current.recall, current.mean_iou):
+        say(f"autoanchor: k-means anchors are no better ({_figures(fitted)}); keeping the cfg's")
+        return spec
+    say(f"autoanchor: training with anchors fitted to the boxes ({_figures(fitted)}): {fitted.text()} "
+        "(written to the run's model.cfg)")
+    return with_anchors(spec, tuple(map(tuple, fitted.anchors)))
+
+
+def _figures(fit: AnchorFit) -> str:
+    return (f"best-possible recall {fit.recall:.1%} (IoU >= {fit.thresh:g}), mean IoU {fit.mean_iou:.3f}, "
+            f"{fit.used}/{len(fit.anchors)} anchors used")

@@ -18,25 +18,20 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_anchor_list
 from turboyolo.model.zoo import ARCHITECTURES
+from turboyolo.options import add_flags as add_group_flags
+from turboyolo.options import amp_option, device_option, option
+from turboyolo.options import require as _require
 
 CACHE_CHOICES = ("none", "ram", "disk")
 AUGMENT_ON_CHOICES = ("cpu", "device")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")  # turboyolo.train.loss.BOX_LOSSES
 BN_TRAIN_CHOICES = ("torch", "darknet")
-
-
-def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | None = None,
-           **argparse_kwargs: Any):
-    """A config field with its help text and flag spellings (default: ``--<name with hyphens>``).
-
-    ``shortcuts``: extra flags that take no value and set the field to theirs (``--cos-lr``: cosine).
-    """
-    return field(default=default, metadata={"help": help, "flags": flags, "argparse": argparse_kwargs,
-                                            "shortcuts": shortcuts or {}})
 
 
 @dataclass
@@ -197,11 +192,10 @@ class LossArgs:
                                   "squared error, its x, y gradient without the logistic's derivative), "
                                   "mse = the squared error's exact gradient; the cfg's iou_normalizer still "
                                   "weighs it", choices=BOX_LOSSES)
-    assign_iou_thresh: float | None = option(None, "also train every anchor whose shape IoU with a box "
-                                             "exceeds this (AlexeyAB's iou_thresh; 1 = best anchor only, "
-                                             "as pjreddie's Darknet; default: each [yolo]'s iou_thresh when "
-                                             "the cfg gives one, else 0.213)", "--assign-iou-thres",
-                                             type=float)
+    assign_iou_thres: float | None = option(None, "also train every anchor whose shape IoU with a box "
+                                            "exceeds this (AlexeyAB's iou_thresh; 1 = best anchor only, "
+                                            "as pjreddie's Darknet; default: each [yolo]'s iou_thresh when "
+                                            "the cfg gives one, else 0.213)", type=float)
     anchor_ratio: float = option(0.0, "train every anchor within this w/h factor of a box (YOLOv5: 4; "
                                  "0 = off)", type=float)
     obj_iou: bool = option(True, "objectness target of an assigned cell = GIoU (>= 0) of its predicted box "
@@ -227,7 +221,7 @@ class LossArgs:
     def check(self) -> None:
         _require(self.box_loss is None or self.box_loss in BOX_LOSSES,
                  f"--box-loss must be one of {', '.join(BOX_LOSSES)}")
-        _require(self.assign_iou_thresh is None or 0 < self.assign_iou_thresh <= 1,
+        _require(self.assign_iou_thres is None or 0 < self.assign_iou_thres <= 1,
                  "--assign-iou-thres must be in (0, 1]")
         _require(self.anchor_ratio >= 0, "--anchor-ratio must be >= 0")
         _require(min(self.box_gain, self.obj_gain, self.cls_gain) >= 0, "loss gains must be >= 0")
@@ -275,8 +269,8 @@ class EvalArgs:
 class RuntimeArgs:
     """Where and how the step runs; the weights' averaging and what stays frozen."""
 
-    device: str = option("auto", "cpu, cuda, cuda:N, a GPU index N, or auto")
-    amp: str = option("auto", "mixed precision (auto: bf16 or fp16 on CUDA, off on CPU)", choices=AMP_CHOICES)
+    device: str = device_option()
+    amp: str = amp_option()
     compile: bool = option(False, "torch.compile the model", action="store_true")
     sync_bn: bool = option(False, "SyncBatchNorm across GPUs under torchrun (CUDA only)", action="store_true")
     channels_last: bool = option(False, "channels_last memory format", action="store_true")
@@ -391,6 +385,7 @@ class TrainConfig:
         for key in INPUTS:
             base.pop(key, None)
         from_file = read_hyp(hyp) if hyp else {}
+        base, from_file, options = renamed(base), renamed(from_file), renamed(options)
         for name, value in {**base, **from_file, **options}.items():
             group = OPTION_GROUP.get(name)
             if group is None:
@@ -422,6 +417,7 @@ class TrainConfig:
                 flat.update(value)
             else:
                 flat[key] = value
+        flat = renamed(flat)
         if "aug_scale_min" in flat or "aug_scale_max" in flat:  # 0.1 stored the zoom range as two fields
             flat["aug_scale"] = (flat.pop("aug_scale_min", 0.75), flat.pop("aug_scale_max", 1.25))
         flat.setdefault("obj_iou", False)  # saved before it became the default: trained with target 1
@@ -430,7 +426,7 @@ class TrainConfig:
             flat["bn_momentum"] = flat.get("bn_momentum") or 0.01
             flat["close_mosaic"] = flat.get("close_mosaic") or 0
         inputs = {key: flat.pop(key, None) for key in INPUTS}
-        given = tuple(flat.pop("given", ()) or ())
+        given = tuple(RENAMED.get(name, name) for name in flat.pop("given", ()) or ())
         options = {key: value for key, value in flat.items() if key in OPTION_GROUP}
         config = cls.build(inputs["cfg"] or "", inputs["data"] or "", inputs["weights"], inputs["resume"],
                            **options)  # the stored values, not the --hyp file again (it may be gone)
@@ -465,7 +461,7 @@ class TrainConfig:
 
     def replace(self, **options: Any) -> TrainConfig:
         """A copy with options changed by their flat names (experiments, the demo recipe)."""
-        values = self.as_dict()
+        values, options = self.as_dict(), renamed(options)
         for name, value in options.items():
             if name in INPUTS:
                 values[name] = value
@@ -485,6 +481,15 @@ RUN_KEYS = (*GROUPS, *(f.name for f in fields(TrainConfig) if f.name not in GROU
 INPUTS = ("cfg", "data", "weights", "resume", "hyp")  # what a run reads besides its options
 
 
+# Options renamed since they were first stored (config.yaml, checkpoints, recipes, --hyp files): old -> new.
+RENAMED = {"assign_iou_thresh": "assign_iou_thres"}  # 0.2: one spelling, the flag's
+
+
+def renamed(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the option names of :data:`RENAMED` spelled as now."""
+    return {RENAMED.get(key, key): value for key, value in values.items()}
+
+
 RECIPE_DIR = Path(__file__).parents[1] / "resources" / "recipes"
 RECIPES = {path.stem: path for path in sorted(RECIPE_DIR.glob("*.yaml"))}  # packaged: --config trees
 
@@ -495,8 +500,6 @@ def read_config(path: str | Path) -> dict[str, Any]:
     sample), with ``cfg``, ``data`` and ``weights`` if it names them. Relative paths that do
     not exist from the working directory are taken from the file's folder. ``given``, ``plan`` (what a
     run derived) and ``resume`` are not read: a recipe starts a new run."""
-    import yaml
-
     path = Path(path)
     if not path.exists() and str(path) in RECIPES:
         path = RECIPES[str(path)]
@@ -515,6 +518,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
             flat.update(value)
         elif key not in ("given", "plan", "resume"):
             flat[key] = value
+    flat = renamed(flat)
     unknown = sorted(str(key) for key in set(flat) - set(OPTION_GROUP) - set(INPUTS))
     if unknown:
         raise FlagError(f"--config {path}: unknown key(s) {', '.join(unknown)}; the keys are those of a "
@@ -533,8 +537,6 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
     """The option values of a ``--hyp`` YAML file: flat (``mosaic: 0.5``) or grouped as in a run's
     ``config.yaml`` (``augment: {mosaic: 0.5}``, ``loss: {...}``; a whole ``config.yaml`` works, its
     other sections are not read); keys are :data:`HYP_OPTIONS`."""
-    import yaml
-
     try:
         loaded = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -550,6 +552,7 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
             flat.update(value)
         elif not (run_config and key in RUN_KEYS):  # a run's config.yaml: only its recipe is read
             flat[key] = value
+    flat = renamed(flat)
     unknown = sorted(set(flat) - set(HYP_OPTIONS))
     if unknown:
         raise FlagError(f"--hyp {path}: unknown key(s) {', '.join(map(str, unknown))}; the keys are the "
@@ -558,28 +561,6 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of every option of :class:`TrainConfig`, one argument group per config group.
-
-    Defaults are ``argparse.SUPPRESS``: a flag the user did not pass is absent from the namespace.
-    """
-    for group_name, kind in GROUPS.items():
-        section = parser.add_argument_group(group_name.removesuffix("_args"), (kind.__doc__ or "").strip())
-        for item in fields(kind):
-            meta = item.metadata
-            flags = meta["flags"] or (f"--{item.name.replace('_', '-')}",)
-            kwargs = dict(meta["argparse"])
-            if "action" not in kwargs and "choices" not in kwargs and "metavar" not in kwargs:
-                kwargs["metavar"] = max(flags, key=len).lstrip("-").replace("-", "_").upper()
-            default = item.default
-            shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-            help_text = meta["help"] + ("" if default is None or isinstance(default, bool)
-                                        else f" (default: {shown})")
-            section.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, help=help_text, **kwargs)
-            for flag, value in meta["shortcuts"].items():
-                section.add_argument(flag, dest=item.name, action="store_const", const=value,
-                                     default=argparse.SUPPRESS, help=f"= {flags[0]} {value}")
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise FlagError(message)
+    """The flags of every option of :class:`TrainConfig`, one argument group per config group
+    (:func:`turboyolo.options.add_flags`: a flag not passed is absent from the namespace)."""
+    add_group_flags(parser, GROUPS)

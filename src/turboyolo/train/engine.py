@@ -19,11 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
+from turboyolo.boxes import Letterbox
 from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
+from turboyolo.model.postprocess import decode, nms_options, postprocess
 from turboyolo.train import distributed
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import EvalResult, evaluate_detections
@@ -77,7 +80,8 @@ class StepOptions:
     say: Callable[[str], object] = print  # where a skipped iteration is named
 
 
-def _autocast(options: StepOptions):
+def autocast(options: StepOptions):
+    """Mixed precision as ``options.amp_dtype`` says (nothing when ``None``)."""
     if options.amp_dtype is None:
         return nullcontext()
     return torch.autocast(options.device.type, dtype=options.amp_dtype)
@@ -154,7 +158,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
         with _no_sync(state, last_micro):
-            with _autocast(options):
+            with autocast(options):
                 outputs = (state.forward or model)(x)
             total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]))
             loss = total / state.images_per_iteration
@@ -302,9 +306,6 @@ def evaluate(
 
     Returns the result and, for the first ``keep_predictions`` images, (path, detections [n, 6]).
     """
-    from turboyolo.boxes import Letterbox
-    from turboyolo.model.postprocess import decode, nms_options, postprocess
-
     was_training = model.training
     model.eval()
     labels_by_path = {str(s.image): s.labels for s in loader.dataset.samples}
@@ -312,7 +313,7 @@ def evaluate(
     options = StepOptions(device=device, amp_dtype=amp_dtype)
     for images, _, metas in loader:
         x = move_to_device(images, device)
-        with _autocast(options):
+        with autocast(options):
             outputs = model(x)
         decoded = decode(outputs, model.heads)
         letterboxes = [Letterbox.from_meta(m) for m in metas]
@@ -327,7 +328,6 @@ def evaluate(
             sizes.append(tuple(meta.orig_hw))
             paths.append(meta.path)
     dets_cpu = [d.float().cpu().numpy() for d in all_dets]
-    import numpy as np
 
     if was_training:
         model.train()

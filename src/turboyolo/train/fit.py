@@ -36,13 +36,13 @@ from turboyolo.model.loading import (
 )
 from turboyolo.train import distributed
 from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict
-from turboyolo.train.config import TrainConfig
+from turboyolo.train.config import EvalArgs, TrainConfig
+from turboyolo.train.defaults import describe
 from turboyolo.train.engine import EpochStats, StepOptions, TrainState, evaluate, train_one_epoch
 from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
 from turboyolo.train.loaders import RunData
 from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.metrics import EvalResult
-from turboyolo.train.recipe import describe
 from turboyolo.train.setup import Run, build_state, check_batching, fit_to_data, load_data, open_run, run_plan
 
 INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
@@ -114,6 +114,26 @@ class StopRule:
         return None
 
 
+@dataclass
+class Session:
+    """What the loop's pieces share while one run trains: its setup, data and state, the outputs, the
+    stop rule, and the running figures (the last evaluation, the training time)."""
+
+    run: Run
+    data: RunData
+    state: TrainState
+    options: StepOptions
+    logger: RunLogger | SilentLogger
+    writer: CheckpointWriter
+    monitor: GpuMonitor
+    progress: Progress
+    stop: StopRule
+    cfg_text: str
+    advice: str  # what to change when the step waits for data (GpuMonitor.data_wait_warning)
+    result: EvalResult | None = None  # the last evaluation
+    train_seconds: float = 0.0  # evaluations excluded
+
+
 def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: bool = False) -> FitResult:
     """Train as ``config`` says (see :mod:`turboyolo.train.config`); returns the run directory and numbers.
 
@@ -121,114 +141,41 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     nothing evaluated), so tests can resume it.
     """
     run = open_run(config, quiet)
-    config, spec, env, say, weights_dir = run.config, run.spec, run.env, run.say, run.weights_dir
     try:
-        mini_batch = check_batching(spec, env.world_size)
+        mini_batch = check_batching(run.spec, run.env.world_size)
         data = load_data(run, mini_batch)
-        if env.is_main:
+        if run.env.is_main:
             data.write_report(run.run_dir)
         spec = fit_to_data(run, data)
-        device = distributed.device_for(env, resolve_device(config.runtime.device))
-        state = build_state(config, spec, env, device, run.resume_state, say, run_plan(run))
+        device = distributed.device_for(run.env, resolve_device(run.config.runtime.device))
+        state = build_state(run.config, spec, run.env, device, run.resume_state, run.say, run_plan(run))
     except BaseException:
         run.discard()  # a failed start leaves no half-made run directory behind
         raise
-    amp_dtype = amp_dtype_for(device, config.runtime.amp)
-    options = StepOptions(device=device, amp_dtype=amp_dtype, clip_norm=config.runtime.clip_norm,
-                          channels_last=config.runtime.channels_last, log_interval=config.output.log_interval,
-                          say=say)
-    logger = (RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main
-              else SilentLogger())
-    monitor = GpuMonitor(device)
-    advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
-                              default_workers() + 1)
-    writer = CheckpointWriter()
-    progress = Progress(enabled=not run.quiet)
+    config, env, say = run.config, run.env, run.say
     stop = StopRule(config.schedule.epochs, run.max_iterations, config.schedule.time_limit_min * 60.0,
                     stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0,
                     patience=config.schedule.patience, planned_iterations=run.planned_iterations(),
                     distributed_run=env.enabled)
-    cfg_text = format_cfg(spec)
-    result: EvalResult | None = None
-    train_seconds, reason = 0.0, stop.reason(state, 0.0)
-    say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} mini-batches/epoch; "
-        f"run {run.run_dir}")
-    for line in describe(config):
-        say(line)
-    if run.resume_state is None:
-        logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
-    restore_sigint = catch_ctrl_c(stop, say)
     try:
-        while reason is None:
-            data.train.set_epoch(state.epoch, state.epoch_start_sample,
-                                 mix=mixing(state.epoch, run, state.plan.close_mosaic, say))
-            batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
-            if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
-                batches = logger.first_batches(batches, data.names)
-            progress.start(state.epoch + 1, run.planned_epochs(), len(data.train), state.epoch_batches)
-            stats, gpu_readings, epoch_start = EpochStats(device), [], time.perf_counter()
-            for values in train_one_epoch(state, monitor.wrap(batches), len(data.train), options, stats):
-                if values:
-                    gpu = monitor.read()
-                    values.update(gpu)
-                    gpu_readings.append(gpu)
-                    progress.update(state, values)
-                    warning = monitor.data_wait_warning(values["data_wait"], advice)
-                    if warning:
-                        say(warning)
-                    logger.scalars(values, state.iteration)
-                writer.poll()  # a checkpoint write that failed in the background stops the run now
-                reason = stop.reason(state, train_seconds + time.perf_counter() - epoch_start)
-                if reason is not None:
-                    break
-            progress.close()
-            train_seconds += time.perf_counter() - epoch_start
-            # ---- the one end-of-epoch path: a finished epoch, or a stop in the middle of one
-            finished = state.epoch_batches >= len(data.train)
-            if finished:
-                state.epoch += 1
-                state.epoch_batches = state.epoch_start_sample = 0
-                reason = reason or stop.reason(state, train_seconds)
-            if data.train.replaced_summary():
-                say(data.train.replaced_summary())
-            paths, evaluated = [weights_dir / "last.pt"], None
-            interval = config.eval.evaluation_interval
-            if interval and reason != INTERRUPTED and (reason is not None or state.epoch % interval == 0):
-                keep = VAL_PLOT_IMAGES if env.is_main else 0
-                evaluated, shown = validate(state, data, config, device, amp_dtype, keep=keep)
-                if data.val.dropped_summary():
-                    say(data.val.dropped_summary())
-                if evaluated is not None:  # rank 0 (the others sent it their shard)
-                    result = evaluated
-                    report_evaluation(result, state, config, data.names, train_seconds, reason, finished, say)
-                    logger.evaluation(result, data.names, epoch=state.epoch, iteration=state.iteration,
-                                      shown=shown, labels=data.val_labels)
-                    if improves_best(state, result):
-                        paths.append(weights_dir / "best.pt")
-                reason = reason or stop.after_evaluation(state)
-            keep_every = config.output.checkpoint_interval
-            if finished and keep_every and state.epoch % keep_every == 0:
-                paths.append(weights_dir / f"epoch{state.epoch}.pt")
-            if finished or evaluated is not None:
-                logger.epoch_row(epoch_row(state, stats, gpu_readings, train_seconds, evaluated, finished))
-            state.last_checkpoint = str(weights_dir / "last.pt")
-            state.last_checkpoint_iteration = state.iteration
-            if env.is_main:
-                writer.save(checkpoint_dict(state, config.as_dict(), cfg_text), paths)
+        with contextlib.ExitStack() as closing:  # closed in reverse order, however the loop ends
+            session = open_session(run, data, state, device, stop, closing)
+            reason = stop.reason(state, 0.0)
+            say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} "
+                f"mini-batches/epoch; run {run.run_dir}")
+            for line in describe(config):
+                say(line)
+            if run.resume_state is None:
+                session.logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
+            closing.callback(catch_ctrl_c(stop, say))
+            while reason is None:
+                reason, stats, gpu_readings = train_epoch(session)
+                reason = end_of_epoch(session, reason, stats, gpu_readings)
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:
             raise
         raise output_failure(err, run) from err  # results.csv, plots, logs: the folder stopped taking writes
-    finally:
-        restore_sigint()
-        if env.is_main and (data.train.replaced or data.val.dropped):
-            with contextlib.suppress(OSError):  # the files that broke during the run join the scan's list
-                data.write_report(run.run_dir)
-        progress.close()
-        monitor.close()
-        writer.close()
-        logger.close()
-        distributed.cleanup()
+    weights_dir = run.weights_dir
     if stop.ctrl_c:
         raise TrainingInterrupted(f"stopped at iteration {state.iteration} (epoch {state.epoch + 1}); "
                                   f"{weights_dir / 'last.pt'} holds that exact position: continue with "
@@ -236,9 +183,124 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     if stop.message(reason, state):
         say(stop.message(reason, state))
     if env.is_main and reason != INTERRUPTED:
-        finish_outputs(state, spec, weights_dir, run.run_dir, say)
+        finish_outputs(state, run.spec, weights_dir, run.run_dir, say)
+    result = session.result
     return FitResult(run.run_dir, result.as_dict() if result is not None else {}, state.best_fitness,
-                     state.iteration, state.epoch, train_seconds / 60.0, reason or "")
+                     state.iteration, state.epoch, session.train_seconds / 60.0, reason or "")
+
+
+def open_session(run: Run, data: RunData, state: TrainState, device: torch.device, stop: StopRule,
+                 closing: contextlib.ExitStack) -> Session:
+    """The loop's outputs (logger, checkpoint writer, GPU monitor, progress bar), each closed by
+    ``closing``; at the very end the run's process group, and the scan report with the files that broke."""
+    config, env = run.config, run.env
+    closing.callback(distributed.cleanup)
+    logger = (RunLogger(run.run_dir, config.as_dict(), wandb=config.output.wandb) if env.is_main
+              else SilentLogger())
+    closing.callback(logger.close)
+    writer = CheckpointWriter()
+    closing.callback(writer.close)
+    monitor = GpuMonitor(device)
+    closing.callback(monitor.close)
+    progress = Progress(enabled=not run.quiet)
+    closing.callback(progress.close)
+    closing.callback(_report_broken_files, run, data)
+    options = StepOptions(device=device, amp_dtype=amp_dtype_for(device, config.runtime.amp),
+                          clip_norm=config.runtime.clip_norm, channels_last=config.runtime.channels_last,
+                          log_interval=config.output.log_interval, say=run.say)
+    advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
+                              default_workers() + 1)
+    return Session(run, data, state, options, logger, writer, monitor, progress, stop, format_cfg(run.spec),
+                   advice)
+
+
+def _report_broken_files(run: Run, data: RunData) -> None:
+    if run.env.is_main and (data.train.replaced or data.val.dropped):
+        with contextlib.suppress(OSError):  # the files that broke during the run join the scan's list
+            data.write_report(run.run_dir)
+
+
+def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
+    """The updates of one epoch (or what is left of it), each followed by a readout every log interval and
+    :meth:`StopRule.reason`; returns why the run stops (``None``: go on), the epoch's losses and GPU
+    readings."""
+    run, data, state, options = session.run, session.data, session.state, session.options
+    data.train.set_epoch(state.epoch, state.epoch_start_sample,
+                         mix=mixing(state.epoch, run, state.plan.close_mosaic, run.say))
+    batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
+    if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
+        batches = session.logger.first_batches(batches, data.names)
+    session.progress.start(state.epoch + 1, run.planned_epochs(), len(data.train), state.epoch_batches)
+    monitor, reason = session.monitor, None
+    stats, gpu_readings, epoch_start = EpochStats(options.device), [], time.perf_counter()
+    for values in train_one_epoch(state, monitor.wrap(batches), len(data.train), options, stats):
+        if values:
+            gpu = monitor.read()
+            values.update(gpu)
+            gpu_readings.append(gpu)
+            session.progress.update(state, values)
+            warning = monitor.data_wait_warning(values["data_wait"], session.advice)
+            if warning:
+                run.say(warning)
+            session.logger.scalars(values, state.iteration)
+        session.writer.poll()  # a checkpoint write that failed in the background stops the run now
+        reason = session.stop.reason(state, session.train_seconds + time.perf_counter() - epoch_start)
+        if reason is not None:
+            break
+    session.progress.close()
+    session.train_seconds += time.perf_counter() - epoch_start
+    return reason, stats, gpu_readings
+
+
+def end_of_epoch(session: Session, reason: str | None, stats: EpochStats,
+                 gpu_readings: list[dict]) -> str | None:
+    """The one end-of-epoch path, for a finished epoch or a stop in the middle of one: count the epoch,
+    evaluate when due, keep the best weights, write ``results.csv``'s row and the checkpoint(s). Returns
+    why the run stops (``None``: go on)."""
+    run, data, state, stop = session.run, session.data, session.state, session.stop
+    finished = state.epoch_batches >= len(data.train)
+    if finished:
+        state.epoch += 1
+        state.epoch_batches = state.epoch_start_sample = 0
+        reason = reason or stop.reason(state, session.train_seconds)
+    if data.train.replaced_summary():
+        run.say(data.train.replaced_summary())
+    weights_dir = run.weights_dir
+    paths, evaluated = [weights_dir / "last.pt"], None
+    interval = run.config.eval.evaluation_interval
+    if interval and reason != INTERRUPTED and (reason is not None or state.epoch % interval == 0):
+        evaluated = evaluate_now(session, reason, finished)
+        if evaluated is not None and improves_best(state, evaluated):
+            paths.append(weights_dir / "best.pt")
+        reason = reason or stop.after_evaluation(state)
+    keep_every = run.config.output.checkpoint_interval
+    if finished and keep_every and state.epoch % keep_every == 0:
+        paths.append(weights_dir / f"epoch{state.epoch}.pt")
+    if finished or evaluated is not None:
+        session.logger.epoch_row(epoch_row(state, stats, gpu_readings, session.train_seconds, evaluated,
+                                           finished))
+    state.last_checkpoint = str(weights_dir / "last.pt")
+    state.last_checkpoint_iteration = state.iteration
+    if run.env.is_main:
+        session.writer.save(checkpoint_dict(state, run.config.as_dict(), session.cfg_text), paths)
+    return reason
+
+
+def evaluate_now(session: Session, reason: str | None, finished: bool) -> EvalResult | None:
+    """Evaluate on the validation split, say the result and log it with the drawn predictions; ``None``
+    on ranks other than 0 (they send rank 0 their shard)."""
+    run, data, state, options = session.run, session.data, session.state, session.options
+    keep = VAL_PLOT_IMAGES if run.env.is_main else 0
+    evaluated, shown = validate(state, data, run.config.eval, options.device, options.amp_dtype, keep=keep)
+    if data.val.dropped_summary():
+        run.say(data.val.dropped_summary())
+    if evaluated is not None:
+        session.result = evaluated
+        report_evaluation(evaluated, state, run.config.eval.verbose, data.names, session.train_seconds,
+                          reason, finished, run.say)
+        session.logger.evaluation(evaluated, data.names, epoch=state.epoch, iteration=state.iteration,
+                                  shown=shown, labels=data.val_labels)
+    return evaluated
 
 
 # ---------------------------------------------------------------------------------------------- setup
@@ -280,13 +342,13 @@ def output_failure(err: OSError, run: Run) -> OutputError:
 
 
 # ------------------------------------------------------------------------------------ evaluation, output
-def validate(state: TrainState, data: RunData, config: TrainConfig, device: torch.device,
+def validate(state: TrainState, data: RunData, settings: EvalArgs, device: torch.device,
              amp_dtype: torch.dtype | None, keep: int = 0) -> tuple[EvalResult | None, list]:
     """The EMA weights (or the model's) on the validation split; ``None`` on ranks other than 0."""
     model = state.ema.module if state.ema is not None else state.model
     return evaluate(model, data.val, device=device, num_classes=len(data.names),
-                    conf_thres=config.eval.conf_thres, iou_thres=config.eval.iou_thres,
-                    nms_thres=config.eval.nms_thres, amp_dtype=amp_dtype, keep_predictions=keep)
+                    conf_thres=settings.conf_thres, iou_thres=settings.iou_thres,
+                    nms_thres=settings.nms_thres, amp_dtype=amp_dtype, keep_predictions=keep)
 
 
 def improves_best(state: TrainState, result: EvalResult) -> bool:
@@ -298,7 +360,7 @@ def improves_best(state: TrainState, result: EvalResult) -> bool:
     return True
 
 
-def report_evaluation(result: EvalResult, state: TrainState, config: TrainConfig, names: list[str],
+def report_evaluation(result: EvalResult, state: TrainState, verbose: bool, names: list[str],
                       train_seconds: float, reason: str | None, finished: bool,
                       say: Callable[..., None]) -> None:
     """One console line (and the per-class table with ``--verbose``)."""
@@ -308,7 +370,7 @@ def report_evaluation(result: EvalResult, state: TrainState, config: TrainConfig
         where = f"{why} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
     say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  {result.summary()}  "
         f"{train_seconds / 60:.2f} min")
-    if config.eval.verbose:
+    if verbose:
         say(result.table(names))
 
 
@@ -337,17 +399,3 @@ def finish_outputs(state: TrainState, spec: ModelSpec, weights_dir: Path, run_di
         f"results: {run_dir / 'results.csv'}, {run_dir / 'results.png'}; "
         f"TensorBoard: {run_dir / 'tensorboard'}")
 
-
-def train(cfg: str | Path | None = None, data: str | Path | None = None, weights: str | Path | None = None, *,
-          resume: str | Path | None = None, quiet: bool = False, **options) -> FitResult:
-    """Train from Python: ``turboyolo.train(cfg="my.cfg", data="my.data", weights="yolov3-tiny.weights",
-    epochs=50, cache="ram")``.
-
-    ``options`` are the flags of ``turboyolo train`` by their Python names (``img_size``, ``cache``,
-    ``max_batches``, ``evaluation_interval``, ...; see :mod:`turboyolo.train.config`). Returns the
-    :class:`FitResult`: the run directory, the last evaluation's metrics, the best fitness, iterations,
-    epochs, training minutes and why the run stopped.
-    """
-    config = TrainConfig.build(str(cfg or ""), str(data or ""), str(weights) if weights else None,
-                               str(resume) if resume else None, **options)
-    return fit(config, quiet=quiet)

@@ -3,22 +3,24 @@
 Scans both splits (the scan summary is printed), opens or builds the prepared caches at the folders
 ``turboyolo prepare`` writes (so a cache prepared ahead of time is the one training reads), and turns
 the cfg's augmentation keys plus the flags into :class:`~turboyolo.data.augment.AugmentParams`
-(:mod:`turboyolo.train.recipe`).
+(:mod:`turboyolo.train.defaults`); ``--image-weights`` and ``--single-cls`` change what the loader draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import ScanResult, scan_dataset, write_scan_report
+from turboyolo.data.scan import Sample, ScanResult, scan_dataset, write_scan_report
 from turboyolo.formats.darknet_cfg import ModelSpec
 from turboyolo.train.config import TrainConfig
-from turboyolo.train.recipe import augment_params, image_weights, single_class
+from turboyolo.train.defaults import augment_params
 
 
 @dataclass
@@ -89,3 +91,26 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
 
 def _cache_root(config: TrainConfig, split: str, size: int):
     return default_cache_root(config.data, split, size) if config.data_args.cache == "disk" else None
+
+
+def image_weights(samples: Sequence[Sample], num_classes: int) -> np.ndarray:
+    """Per image, the sum over its boxes of 1 / (boxes of that class in the set), so images holding rare
+    classes are drawn more often (Ultralytics' ``--image-weights`` from class counts). An image without
+    boxes gets the smallest weight of a labelled one (it still teaches the background)."""
+    classes = [s.labels[:, 0].astype(np.int64) for s in samples]
+    counts = np.bincount(np.concatenate(classes) if classes else np.zeros(0, np.int64), minlength=num_classes)
+    class_weight = np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0)
+    weights = np.array([class_weight[c].sum() for c in classes], np.float64)
+    positive = weights[weights > 0]
+    weights[weights == 0] = positive.min() if len(positive) else 1.0
+    return weights
+
+
+def single_class(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples with every box in class 0 (``--single-cls``)."""
+    out = []
+    for sample in samples:
+        labels = sample.labels.copy()
+        labels[:, 0] = 0
+        out.append(replace(sample, labels=labels))
+    return out

@@ -13,6 +13,19 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from turboyolo.errors import TurboYoloError
+from turboyolo.train.plots import (
+    plot_first_batches,
+    plot_labels,
+    plot_val_batches,
+    pyplot,
+    save_evaluation_plots,
+)
+
 RESULT_COLUMNS = (
     "epoch",
     "iteration",
@@ -47,7 +60,6 @@ class Progress:
     def start(self, epoch: int, epochs: int, total: int, done: int = 0) -> None:
         if not self.enabled:
             return
-        from tqdm import tqdm
 
         self.bar = tqdm(
             total=total,
@@ -109,7 +121,6 @@ class RunLogger:
             try:
                 import wandb as wandb_module
             except ImportError as err:
-                from turboyolo.errors import TurboYoloError
 
                 raise TurboYoloError(
                     "--wandb needs the wandb package: pip install 'turboyolo[wandb]' "
@@ -139,8 +150,6 @@ class RunLogger:
         if not files:
             return
         if self.tb is not None:
-            import numpy as np
-            from PIL import Image
 
             for key, path in files.items():
                 with Image.open(path) as image:
@@ -160,16 +169,12 @@ class RunLogger:
 
         Call once before training starts (not on resume: the file is already there).
         """
-        from turboyolo.train.plots import plot_labels
-
         path = plot_labels(labels, names, self.run_dir / "labels.jpg")
         self.image_files({"labels": path}, 0, prefix="train")
         return path
 
     def first_batches(self, batches: Iterable, names: Sequence[str]) -> Iterator:
         """Wrap the first epoch's batches: ``train_batch0..2.jpg`` as the network sees them, logged too."""
-        from turboyolo.train.plots import plot_first_batches
-
         yield from plot_first_batches(
             batches, self.run_dir, names,
             on_written=lambda path: self.image_files({path.stem: path}, None, prefix="train"),
@@ -194,8 +199,6 @@ class RunLogger:
             labels: image path (str) -> ``[m, 5]`` ground truth of the validation images.
         Returns the files written, by name.
         """
-        from turboyolo.train.plots import plot_val_batches, save_evaluation_plots
-
         self.scalars(result.as_dict(), iteration, prefix="val")
         self.per_class(result, names, epoch, iteration)
         written = save_evaluation_plots(result, names, self.run_dir)
@@ -245,11 +248,7 @@ def plot_results(csv_path: Path) -> Path | None:
     rows = read_results(csv_path)
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     def series(key):
         xs, ys = [], []
         for row in rows:

@@ -1,11 +1,8 @@
 """The YOLO loss as Darknet's ``[yolo]`` layer defines it (pjreddie's YOLOv3 and AlexeyAB's v4/v7 keys).
 
-Target assignment: each ground-truth box goes to the anchor (among *all* anchors of the network) whose
-shape fits it best (IoU of boxes sharing a centre); every head whose ``mask`` holds that anchor predicts
-it, in the grid cell containing the box centre. With ``iou_thresh`` < 1 (the head's cfg key, or the
-``iou_thresh`` argument for all heads) every other anchor of the head whose shape IoU with the box
-exceeds it is assigned too. Predictions whose box overlaps any ground truth of the same image by more
-than ``ignore_thresh`` get no "no object" penalty.
+Target assignment (which prediction learns which box) is :func:`turboyolo.train.assign.assign`. Predictions
+whose box overlaps any ground truth of the same image by more than ``ignore_thresh`` get no "no object"
+penalty (:func:`ignore_mask`).
 
 Terms, each summed over the mini-batch (the caller divides by the images per iteration, so the update
 does not depend on ``subdivisions``), per head and with the head's normalizers:
@@ -50,48 +47,18 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from turboyolo.boxes import aligned_iou, box_iou, cxcywh_to_xyxy, wh_iou
+from turboyolo.boxes import aligned_iou, box_iou, cxcywh_to_xyxy
 from turboyolo.model.darknet import HeadInfo
 from turboyolo.model.postprocess import cell_grid, decode_boxes
+from turboyolo.train.assign import HeadAssignment, assign, targets_in_pixels
 
 LOSS_NAMES = ("box", "obj", "cls")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")
 MAX_LOG_WH = 10.0  # tw, th above this would overflow exp() in the loss's decode
-
-
-@dataclass
-class _Truth:
-    """The ground truth of a mini-batch in input pixels, with each box's best anchor (of all heads)."""
-
-    px: torch.Tensor  # [N, 4] cx, cy, w, h
-    image: torch.Tensor  # [N] batch index
-    cls: torch.Tensor  # [N]
-    shape_iou: torch.Tensor  # [N, all anchors]
-    best_anchor: torch.Tensor  # [N]
-    padded: torch.Tensor  # [B, M, 4] per image, on the outputs' device
-    valid: torch.Tensor  # [B, M]
-
-
-@dataclass
-class _Assigned:
-    """The ``n`` assignments of one head (each a ground truth and the prediction that learns it), and the
-    predictions whose "no object" penalty is ignored."""
-
-    image: torch.Tensor  # [n]
-    anchor: torch.Tensor  # [n] the head's local anchor index
-    gj: torch.Tensor  # [n] cell row
-    gi: torch.Tensor  # [n] cell column
-    truth: torch.Tensor  # [n, 4] cx, cy, w, h in input pixels
-    cls: torch.Tensor  # [n]
-    cells: torch.Tensor  # [n, 2] (gi, gj) as floats
-    anchor_wh: torch.Tensor  # [n, 2]
-    stride: torch.Tensor  # [2] input pixels per cell (x, y)
-    ignore: torch.Tensor  # [B, A, H, W] bool
 
 
 class YoloLoss:
@@ -130,7 +97,6 @@ class YoloLoss:
         self.anchor_ratio = anchor_ratio
         self.obj_iou = obj_iou
         self.label_smoothing = label_smoothing
-        self.all_anchors = torch.tensor(self.heads[0].all_anchors, dtype=torch.float32)
 
     def box_kind(self, head: HeadInfo) -> str:
         """The box term of ``head``: darknet, mse, iou, giou, diou or ciou (``darknet`` is ``mse`` on a
@@ -152,40 +118,52 @@ class YoloLoss:
             ``total``: scalar, the weighted sum of the terms, summed over the mini-batch's images;
             ``terms``: ``[3]`` detached (box, obj, cls), also sums.
         """
-        truth = self._truth(targets, input_hw, outputs[0].shape[0], outputs[0].device)
+        device, batch_size = outputs[0].device, outputs[0].shape[0]
+        assignments = self.assign(targets, input_hw, [o.shape[2:4] for o in outputs], device)
+        truth, valid = _truth_per_image(targets, input_hw, batch_size, device)
         zero = outputs[0].new_zeros((), dtype=torch.float32)
         box, obj, cls = zero.clone(), zero.clone(), zero.clone()
-        for head, raw in zip(self.heads, outputs, strict=False):
+        for head, raw, a in zip(self.heads, outputs, assignments, strict=False):
             p = raw.float()
-            a = self._assign(head, p, truth, input_hw)
+            ignore = ignore_mask(head, p, truth, valid, a.stride)
             obj_target = torch.zeros(p.shape[:4], device=p.device)
-            obj_weight = (~a.ignore).float()
+            obj_weight = (~ignore).float()
             obj_weight[a.image, a.anchor, a.gj, a.gi] = 1.0
-            if len(a.image):
+            if len(a):
                 ps = p[a.image, a.anchor, a.gj, a.gi]  # [n, 5 + C]
-                box_weight = 2.0 - (a.truth[:, 2] * a.truth[:, 3]) / (input_hw[0] * input_hw[1])
-                box = box + self._box_term(
-                    head, ps[:, :4], a.truth, a.cells, a.anchor_wh, a.stride, box_weight
-                )
-                target = 1.0
-                if self.obj_iou:
-                    with torch.no_grad():
-                        pred = decode_boxes(ps[:, :4], head, a.cells, a.anchor_wh, a.stride, MAX_LOG_WH)
-                        target = aligned_iou(pred, a.truth, "giou").clamp(min=0.0)
-                obj_target[a.image, a.anchor, a.gj, a.gi] = target
+                box = box + self._box_term(head, ps[:, :4], a, input_hw)
+                obj_target[a.image, a.anchor, a.gj, a.gi] = self._obj_target(head, ps, a)
             obj = (
                 obj
                 + head.obj_normalizer * (_probability_loss(head, p[..., 4], obj_target) * obj_weight).sum()
             )
-            if not len(a.image):
-                continue
-            cls_target = F.one_hot(a.cls, head.num_classes).float()
-            if self.label_smoothing:
-                cls_target = cls_target * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
-            cls = cls + _probability_loss(head, ps[:, 5:], cls_target).sum()
+            if len(a):
+                cls = cls + _probability_loss(head, ps[:, 5:], self._cls_target(head, a)).sum()
 
         terms = torch.stack([box * self.gains[0], obj * self.gains[1], cls * self.gains[2]])
         return terms.sum(), terms.detach()
+
+    def assign(self, targets: torch.Tensor, input_hw: tuple[int, int], grid_sizes: Sequence[tuple[int, int]],
+               device: torch.device | str | None = None) -> list[HeadAssignment]:
+        """:func:`turboyolo.train.assign.assign` with this loss's ``iou_thresh`` and ``anchor_ratio``."""
+        return assign(targets, self.heads, input_hw, grid_sizes, iou_thresh=self.iou_thresh,
+                      anchor_ratio=self.anchor_ratio, device=device)
+
+    def _obj_target(self, head: HeadInfo, ps: torch.Tensor, a: HeadAssignment) -> torch.Tensor | float:
+        """Objectness target of the assigned predictions ``ps`` ``[n, 5 + C]``: 1, or with ``obj_iou`` the
+        GIoU (clipped at 0) of each one's box with its ground truth."""
+        if not self.obj_iou:
+            return 1.0
+        with torch.no_grad():
+            pred = decode_boxes(ps[:, :4], head, a.cells, a.anchor_wh, a.stride, MAX_LOG_WH)
+            return aligned_iou(pred, a.truth, "giou").clamp(min=0.0)
+
+    def _cls_target(self, head: HeadInfo, a: HeadAssignment) -> torch.Tensor:
+        """``[n, C]`` one-hot class targets, smoothed with ``label_smoothing``."""
+        cls_target = F.one_hot(a.cls, head.num_classes).float()
+        if self.label_smoothing:
+            cls_target = cls_target * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        return cls_target
 
     @torch.no_grad()
     def darknet_statistics(
@@ -209,10 +187,9 @@ class YoloLoss:
         with torch.enable_grad():
             total, _ = unweighted(raw, targets, input_hw)
             grads = torch.autograd.grad(total, raw, allow_unused=True)
-        truth = self._truth(targets, input_hw, raw[0].shape[0], raw[0].device)
+        assignments = self.assign(targets, input_hw, [o.shape[2:4] for o in raw], raw[0].device)
         result = []
-        for head, p, grad in zip(self.heads, raw, grads, strict=False):
-            a = self._assign(head, p.detach(), truth, input_hw)
+        for head, p, grad, a in zip(self.heads, raw, grads, assignments, strict=False):
             values = torch.sigmoid(p.detach()) if not head.new_coords else p.detach()
             ps = p.detach()[a.image, a.anchor, a.gj, a.gi]
             pred = decode_boxes(ps[:, :4], head, a.cells, a.anchor_wh, a.stride, MAX_LOG_WH)
@@ -231,76 +208,11 @@ class YoloLoss:
             })
         return result
 
-    def _truth(self, targets: torch.Tensor, input_hw: tuple[int, int], batch_size: int,
-               device: torch.device) -> _Truth:
-        # Assignment is index bookkeeping on the (small) targets: it runs where the targets are (the
-        # loader's CPU tensor) so the accelerator never waits on nonzero()/max(); results move once.
-        height, width = input_hw
-        targets = targets.float()
-        host = targets.device
-        scale_px = torch.tensor([width, height, width, height], dtype=torch.float32, device=host)
-        gt_px = targets[:, 2:6] * scale_px  # [N, 4] cx, cy, w, h in input pixels
-        gt_image = targets[:, 0].long()
-        shape_iou = wh_iou(gt_px[:, 2:], self.all_anchors.to(host))  # [N, all anchors]
-        best_anchor = shape_iou.argmax(1) if len(targets) else torch.zeros(0, dtype=torch.long, device=host)
-        gt_padded, gt_valid = _pad_per_image(gt_px, gt_image, batch_size)
-        return _Truth(gt_px, gt_image, targets[:, 1].long(), shape_iou, best_anchor,
-                      gt_padded.to(device, non_blocking=True), gt_valid.to(device, non_blocking=True))
-
-    def _assign(self, head: HeadInfo, p: torch.Tensor, truth: _Truth, input_hw: tuple[int, int]) -> _Assigned:
-        """Which predictions of ``head`` (raw ``p`` ``[B, A, H, W, 5 + C]``) train on which ground truth,
-        and which get no "no object" penalty."""
-        device, host = p.device, truth.px.device
-        height, width = input_hw
-        batch_size, num_anchors, grid_h, grid_w, _ = p.shape
-        stride = torch.tensor([width / grid_w, height / grid_h], device=device)
-        anchors = head.anchor_tensor(device)
-
-        # Which anchors/cells are assigned to a ground truth.
-        mask_ids = torch.tensor(head.mask, device=host)
-        hit = truth.best_anchor[:, None] == mask_ids[None]  # [N, A]
-        if self.anchor_ratio > 0:
-            ratio = truth.px[:, None, 2:] / self.all_anchors.to(host)[mask_ids][None]  # [N, A, 2]
-            hit = torch.max(ratio, 1.0 / ratio).amax(-1) < self.anchor_ratio
-        iou_thresh = head.iou_thresh if self.iou_thresh is None else self.iou_thresh
-        if iou_thresh < 1.0:
-            hit |= truth.shape_iou[:, mask_ids] > iou_thresh
-        sel, local_anchor = hit.nonzero(as_tuple=True)
-        g = truth.px[sel]
-        gi = (g[:, 0] / (width / grid_w)).long().clamp(0, grid_w - 1)
-        gj = (g[:, 1] / (height / grid_h)).long().clamp(0, grid_h - 1)
-        b, c = truth.image[sel], truth.cls[sel]
-        b, c, g, gi, gj, local_anchor = (
-            t.to(device, non_blocking=True) for t in (b, c, g, gi, gj, local_anchor)
-        )
-
-        # Ignore mask: predictions that already overlap some ground truth well.
-        with torch.no_grad():
-            grid = cell_grid(grid_h, grid_w, device)
-            pred_boxes = decode_boxes(
-                p[..., :4], head, grid, anchors.view(1, -1, 1, 1, 2), stride, MAX_LOG_WH
-            )
-            ignore = torch.zeros(p.shape[:4], dtype=torch.bool, device=device)
-            if truth.padded.shape[1]:
-                predicted = cxcywh_to_xyxy(pred_boxes.view(batch_size, -1, 4))
-                iou = box_iou(predicted, cxcywh_to_xyxy(truth.padded))  # [B, P, M]
-                iou = iou.masked_fill(~truth.valid[:, None, :], 0.0)
-                ignore = (iou.amax(-1) > head.ignore_thresh).view(p.shape[:4])
-        cells = torch.stack([gi, gj], 1).float()
-        return _Assigned(b, local_anchor, gj, gi, g, c, cells, anchors[local_anchor], stride, ignore)
-
-    def _box_term(
-        self,
-        head: HeadInfo,
-        raw: torch.Tensor,
-        truth: torch.Tensor,
-        cells: torch.Tensor,
-        anchor_wh: torch.Tensor,
-        stride: torch.Tensor,
-        box_weight: torch.Tensor,
-    ) -> torch.Tensor:
-        """The box loss of the assigned predictions: ``raw`` ``[n, 4]`` (tx, ty, tw, th), ``truth``
-        ``[n, 4]`` cx, cy, w, h in pixels, ``cells`` ``[n, 2]``, ``anchor_wh`` ``[n, 2]``; a scalar."""
+    def _box_term(self, head: HeadInfo, raw: torch.Tensor, a: HeadAssignment,
+                  input_hw: tuple[int, int]) -> torch.Tensor:
+        """The box loss of the assigned predictions ``raw`` ``[n, 4]`` (tx, ty, tw, th); a scalar."""
+        truth, cells, anchor_wh, stride = a.truth, a.cells, a.anchor_wh, a.stride
+        box_weight = 2.0 - (truth[:, 2] * truth[:, 3]) / (input_hw[0] * input_hw[1])
         kind = self.box_kind(head)
         if kind in ("mse", "darknet"):
             normalizer = head.iou_normalizer if head.iou_normalizer is not None else 1.0
@@ -333,6 +245,34 @@ class YoloLoss:
         if math.isinf(head.max_delta):
             return term(raw)
         return _with_clipped_gradient(raw, term, head.max_delta)
+
+
+def _truth_per_image(targets: torch.Tensor, input_hw: tuple[int, int], batch_size: int,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ground truth per image for :func:`ignore_mask`: ``[B, M, 4]`` cx, cy, w, h in input pixels
+    (padded) and the ``[B, M]`` validity mask, on ``device``."""
+    truth_px, image = targets_in_pixels(targets, input_hw)
+    padded, valid = _pad_per_image(truth_px, image, batch_size)
+    return padded.to(device, non_blocking=True), valid.to(device, non_blocking=True)
+
+
+@torch.no_grad()
+def ignore_mask(head: HeadInfo, p: torch.Tensor, truth: torch.Tensor, valid: torch.Tensor,
+                stride: torch.Tensor) -> torch.Tensor:
+    """``[B, A, H, W]`` bool: the predictions of ``head`` (raw ``p`` ``[B, A, H, W, 5 + C]``) whose box
+    already overlaps some ground truth of its image (``truth`` ``[B, M, 4]`` cx, cy, w, h in pixels,
+    ``valid`` ``[B, M]``) by more than ``ignore_thresh``: they get no "no object" penalty."""
+    batch_size, _, grid_h, grid_w, _ = p.shape
+    ignore = torch.zeros(p.shape[:4], dtype=torch.bool, device=p.device)
+    if not truth.shape[1]:
+        return ignore
+    anchors = head.anchor_tensor(p.device)
+    grid = cell_grid(grid_h, grid_w, p.device)
+    pred_boxes = decode_boxes(p[..., :4], head, grid, anchors.view(1, -1, 1, 1, 2), stride, MAX_LOG_WH)
+    predicted = cxcywh_to_xyxy(pred_boxes.view(batch_size, -1, 4))
+    iou = box_iou(predicted, cxcywh_to_xyxy(truth))  # [B, P, M]
+    iou = iou.masked_fill(~valid[:, None, :], 0.0)
+    return (iou.amax(-1) > head.ignore_thresh).view(p.shape[:4])
 
 
 def _mean(values: torch.Tensor) -> float:

@@ -3,7 +3,7 @@
 mAP@0.5, mAP@0.5:0.95 and AP per class are what pycocotools (or faster-coco-eval) computes on the YOLO
 ground truth and detections converted to COCO's format; no AP is computed by hand here. Precision,
 recall and F1 at a confidence, their curves against the confidence, the best-F1 confidence and the
-confusion matrix come from :mod:`turboyolo.train.diagnostics`, which matches detections as COCO does at
+confusion matrix come from :mod:`turboyolo.train.curves`, which matches detections as COCO does at
 ``iou_thres`` (at 0.5 its recall is the evaluator's).
 """
 
@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
-from turboyolo.train import diagnostics
+from turboyolo.train.curves import (
+    Curves,
+    confusion_matrix,
+    counts_at,
+    curves,
+    f1_score,
+    match_detections,
+    precision_recall_at,
+)
 
 BACKENDS = ("pycocotools", "faster-coco-eval")
 
@@ -48,7 +59,7 @@ class EvalResult:
     best_f1: float = 0.0
     best_precision: float = 0.0
     best_recall: float = 0.0
-    curves: diagnostics.Curves | None = None
+    curves: Curves | None = None
     confusion: np.ndarray | None = None  # int64 [C + 1, C + 1]: (predicted, true), index C = background
 
     def as_dict(self) -> dict[str, float]:
@@ -200,8 +211,6 @@ def coco_evaluate(
 
 @contextlib.contextmanager
 def warnings_off():
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=RuntimeWarning)
         yield
@@ -211,18 +220,16 @@ def _run(gt: dict, detections: list[dict], max_det: int, backend: str):
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
         if backend == "pycocotools":
-            from pycocotools.coco import COCO
-            from pycocotools.cocoeval import COCOeval
-
             coco_gt = COCO()
             coco_gt.dataset = {**gt, "annotations": [dict(a) for a in gt["annotations"]]}
             coco_gt.createIndex()
             coco_dt = coco_gt.loadRes([dict(d) for d in detections])
             evaluator = COCOeval(coco_gt, coco_dt, "bbox")
         else:
-            from faster_coco_eval import COCO, COCOeval_faster
+            from faster_coco_eval import COCO as FasterCOCO  # optional: pip install faster-coco-eval
+            from faster_coco_eval import COCOeval_faster
 
-            coco_gt = COCO()
+            coco_gt = FasterCOCO()
             coco_gt.dataset = {**gt, "annotations": [dict(a) for a in gt["annotations"]]}
             coco_gt.createIndex()
             coco_dt = coco_gt.loadRes([dict(d) for d in detections])
@@ -260,12 +267,12 @@ def evaluate_detections(
     """
     gt = yolo_to_coco_gt(labels, image_hw, num_classes)
     result = coco_evaluate(gt, detections_to_coco(detections), max_det=max_det, backend=backend)
-    matches = diagnostics.match_detections(detections, labels, image_hw, num_classes, iou_thres)
-    true_pos, kept = diagnostics.counts_at(matches, conf_thres)
+    matches = match_detections(detections, labels, image_hw, num_classes, iou_thres)
+    true_pos, kept = counts_at(matches, conf_thres)
     gt_counts = matches.gt_per_class
     result.conf_thres, result.iou_thres = conf_thres, iou_thres
-    result.precision, result.recall = diagnostics.precision_recall_at(matches, conf_thres)
-    result.f1 = diagnostics.f1_score(result.precision, result.recall)
+    result.precision, result.recall = precision_recall_at(matches, conf_thres)
+    result.f1 = f1_score(result.precision, result.recall)
     result.precision_per_class = [float(t / k) if k else 0.0 for t, k in zip(true_pos, kept)]
     result.recall_per_class = [float(t / g) if g else 0.0 for t, g in zip(true_pos, gt_counts)]
     result.images_per_class = [0] * num_classes
@@ -273,10 +280,10 @@ def evaluate_detections(
         for cls in np.unique(np.asarray(boxes).reshape(-1, 5)[:, 0].astype(np.int64)):
             if 0 <= cls < num_classes:
                 result.images_per_class[cls] += 1
-    result.curves = diagnostics.curves(matches)
+    result.curves = curves(matches)
     result.best_conf, result.best_f1 = result.curves.best_conf, result.curves.best_f1
     result.best_precision, result.best_recall = result.curves.best_precision, result.curves.best_recall
-    result.confusion = diagnostics.confusion_matrix(
+    result.confusion = confusion_matrix(
         detections, labels, image_hw, num_classes, conf_thres=conf_thres, iou_thres=iou_thres
     )
     return result

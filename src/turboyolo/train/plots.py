@@ -23,9 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
+from torchvision.utils import make_grid
 
 from turboyolo.boxes import cxcywh_to_xyxy
 from turboyolo.data.decode import load_image
+from turboyolo.data.loader import move_to_device
 from turboyolo.draw import draw_boxes
 from turboyolo.errors import DataError
 
@@ -41,7 +44,9 @@ TILE_SIDE = 320  # val images are resized to fit a tile of this side
 MAX_LABELLED_CLASSES = 20  # above this, per-class curves have no legend and the matrix no numbers
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot with the Agg backend, imported when the first figure is drawn: choosing the
+    backend at import time would change it for a notebook or program that merely imports turboyolo."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,7 +73,7 @@ def plot_labels(labels: Sequence[np.ndarray], names: Sequence[str], path: str | 
     rows = [np.asarray(b, dtype=np.float64).reshape(-1, 5) for b in labels]
     boxes = np.concatenate(rows) if rows else np.zeros((0, 5))
     counts = np.bincount(boxes[:, 0].astype(np.int64), minlength=len(names))[: len(names)]
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     axes[0].bar(range(len(names)), counts, color="C0")
     axes[0].set_xticks(range(len(names)))
@@ -103,9 +108,6 @@ def _draw(image: torch.Tensor, boxes: np.ndarray, classes: np.ndarray, captions:
 
 
 def _save_grid(tiles: list[torch.Tensor], path: str | Path) -> Path:
-    from PIL import Image
-    from torchvision.utils import make_grid
-
     grid = make_grid(tiles, nrow=math.ceil(math.sqrt(len(tiles))), padding=2, pad_value=255)
     path = Path(path)
     Image.fromarray(grid.permute(1, 2, 0).numpy()).save(path, quality=90)
@@ -152,8 +154,6 @@ def plot_first_batches(
     picture, which draws exactly what the device will compute (the warp and colour numbers are in the
     batch). Only the first ``count`` batches cost anything; ``on_written`` gets each path written.
     """
-    from turboyolo.data.loader import move_to_device
-
     out_dir = Path(out_dir)
     for index, batch in enumerate(batches):
         if index < count:
@@ -168,8 +168,6 @@ def plot_first_batches(
 
 def _tile(image: np.ndarray, side: int) -> tuple[torch.Tensor, float]:
     """HWC uint8 -> ``[3, side, side]`` uint8 (resized to fit, top-left, white around) and the scale."""
-    from PIL import Image
-
     height, width = image.shape[:2]
     scale = min(side / height, side / width)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
@@ -247,7 +245,7 @@ def plot_curves(result, names: Sequence[str], out_dir: str | Path) -> dict[str, 
     legend = len(present) <= MAX_LABELLED_CLASSES
     iou = f"IoU {result.iou_thres:g}"
     ap = curves.ap()
-    plt = _pyplot()
+    plt = pyplot()
     written = {}
 
     fig, ax = plt.subplots(figsize=(6, 5))
@@ -311,7 +309,7 @@ def plot_confusion_matrix(
     labels = [*(_name(names, c) for c in range(len(matrix) - 1)), "background"]
     totals = matrix.sum(axis=0, keepdims=True)
     share = np.divide(matrix, totals, out=np.zeros(matrix.shape), where=totals > 0)
-    plt = _pyplot()
+    plt = pyplot()
     side = min(4 + 0.45 * len(matrix), 24)
     fig, ax = plt.subplots(figsize=(side, side * 0.85))
     image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)

@@ -11,10 +11,18 @@ from pathlib import Path
 
 import torch
 import yaml
+from torch.nn.parallel import DistributedDataParallel
 
 from turboyolo.devices import amp_dtype_for, resolve_device
 from turboyolo.errors import FlagError
-from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg, parse_anchor_list, parse_cfg, parse_cfg_text
+from turboyolo.formats.darknet_cfg import (
+    ModelSpec,
+    format_cfg,
+    parse_anchor_list,
+    parse_cfg,
+    parse_cfg_text,
+    training_only_notes,
+)
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
@@ -22,14 +30,15 @@ from turboyolo.model.loading import init_head_priors, load_pretrained, read_trai
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
 from turboyolo.rundir import next_run_dir
 from turboyolo.train import distributed
+from turboyolo.train.anchors import check_anchors
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import RESUMABLE, TrainConfig
+from turboyolo.train.defaults import resolve
 from turboyolo.train.engine import TrainState
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
 from turboyolo.train.plan import Plan, legacy_plan, make_plan, refit
-from turboyolo.train.recipe import check_anchors, resolve
 
 
 @dataclass
@@ -99,7 +108,6 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
-    from turboyolo.formats.darknet_cfg import training_only_notes
 
     for note in training_only_notes(spec):
         say(f"note: {note}")
@@ -254,7 +262,7 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         model=model,
         optimizer=build_optimizer(model, plan.optimizer),
         schedule=plan.schedule,
-        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss or "cfg", iou_thresh=loss.assign_iou_thresh,
+        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss or "cfg", iou_thresh=loss.assign_iou_thres,
                          anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
                          gains=(loss.box_gain, loss.obj_gain, loss.cls_gain),
                          label_smoothing=loss.label_smoothing or 0.0),
@@ -271,7 +279,6 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         say(f"resumed {config.resume}: iteration {state.iteration}, epoch {state.epoch}, "
             f"mini-batch {state.epoch_batches}")
     if env.enabled:
-        from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [device.index] if device.type == "cuda" else None
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)

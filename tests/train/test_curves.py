@@ -8,7 +8,7 @@ import io
 import numpy as np
 import pytest
 
-from turboyolo.train.diagnostics import (
+from turboyolo.train.curves import (
     confusion_matrix,
     counts_at,
     curves,

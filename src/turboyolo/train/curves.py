@@ -1,4 +1,4 @@
-"""Per-detection diagnostics: which detection found which box, and what follows from it.
+"""Precision / recall / F1 curves and the confusion matrix, from which detection found which box.
 
 COCO's evaluator (:mod:`turboyolo.train.metrics`) gives AP, but not the per-detection verdicts that the
 curves users look at need. This module matches detections to ground truth the way COCO does at one

@@ -1,4 +1,4 @@
-"""The YOLOv4 / YOLOv7 Darknet family generated from the architecture (AlexeyAB's ``yolov4-tiny.cfg``,
+"""AlexeyAB's Darknet family, YOLOv4 and YOLOv7, generated from the architecture (``yolov4-tiny.cfg``,
 ``yolov4.cfg``, ``yolov4-csp.cfg`` and ``yolov7-tiny.cfg``, layer for layer).
 
 Each ``*_layers(num_classes, anchors)`` returns the layer specs; :data:`FAMILY` gives, per

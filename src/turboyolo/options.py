@@ -1,0 +1,132 @@
+"""Options declared once: a dataclass field carries its default, help text and flag spellings.
+
+Every command's options are small dataclasses of :func:`option` fields, grouped by concern;
+:func:`add_flags` generates one argparse group per dataclass and :func:`read_flags` reads the parsed values
+back into the dataclasses, so a new option touches one place, its field. Flags the user did not pass stay
+absent from the parsed namespace (``argparse.SUPPRESS``): the dataclass default is the only default, and
+``turboyolo train --resume`` knows which values were given.
+
+The fields several commands share are declared here too (:func:`device_option`, :func:`amp_option`,
+:class:`RunDirArgs`), as are the detection thresholds every detector entry point defaults to
+(:data:`CONF_THRES`, :data:`NMS_THRES`: Darknet's ``detector test`` values).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from turboyolo.devices import AMP_CHOICES
+from turboyolo.errors import FlagError
+from turboyolo.rundir import next_run_dir
+
+CONF_THRES = 0.25  # Darknet's -thresh of `darknet detector test`
+NMS_THRES = 0.45  # Darknet's nms of `darknet detector test`
+
+
+def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | None = None,
+           **argparse_kwargs: Any):
+    """A config field with its help text and flag spellings (default: ``--<name with hyphens>``).
+
+    ``shortcuts``: extra flags that take no value and set the field to theirs (``--cos-lr``: cosine).
+    A ``default`` of :data:`dataclasses.MISSING` makes the field required (no default).
+    """
+    metadata = {"help": help, "flags": flags, "argparse": argparse_kwargs, "shortcuts": shortcuts or {}}
+    if isinstance(default, list | dict | set):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def device_option(default: str = "auto"):
+    """``--device``, the same for every command (:func:`turboyolo.devices.resolve_device`)."""
+    return option(default, "cpu, cuda, cuda:N, a GPU index N, mps, or auto (CUDA when present)")
+
+
+def amp_option():
+    """``--amp``: mixed precision (:func:`turboyolo.devices.amp_dtype_for`)."""
+    return option("auto", "mixed precision (auto: bf16 or fp16 on CUDA, off on CPU)", choices=AMP_CHOICES)
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise :class:`FlagError` with ``message`` (which names the flag) unless ``ok``."""
+    if not ok:
+        raise FlagError(message)
+
+
+def img_size_pair(value: int | Sequence[int] | None) -> tuple[int, int] | None:
+    """``--img-size S`` or ``--img-size W H`` (an int, or a list of one or two) -> (width, height)."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, int) else list(value)
+    require(len(values) in (1, 2), "--img-size takes one size or a width and a height")
+    width, height = int(values[0]), int(values[-1])
+    require(width > 0 and height > 0, f"--img-size must be positive, got {width}x{height}")
+    return width, height
+
+
+@dataclass
+class RunDirArgs:
+    """Where the command writes: a fresh ``<project>/<name>`` (exp, exp2, ... when taken)."""
+
+    project: str | None = option(None, "parent folder of run directories (default: runs/<command>)")
+    name: str = option("exp", "run directory name (exp, exp2, ... when taken)")
+    exist_ok: bool = option(False, "reuse <project>/<name> if it exists", action="store_true")
+
+    def make(self, command: str) -> Path:
+        """Create the run directory (``runs/<command>/exp...`` unless ``project`` says otherwise)."""
+        return next_run_dir(self.project or f"runs/{command}", self.name, self.exist_ok)
+
+
+def add_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]) -> None:
+    """The flags of every field of ``groups`` (name -> dataclass), one argument group per dataclass.
+
+    Defaults are ``argparse.SUPPRESS``: a flag the user did not pass is absent from the namespace.
+    """
+    for group_name, kind in groups.items():
+        section = parser.add_argument_group(group_name.removesuffix("_args"), (kind.__doc__ or "").strip())
+        for item in fields(kind):
+            if "help" not in item.metadata:
+                continue  # not an option (set by the program, not a flag)
+            meta = item.metadata
+            flags = meta["flags"] or (f"--{item.name.replace('_', '-')}",)
+            kwargs = dict(meta["argparse"])
+            if "action" not in kwargs and "choices" not in kwargs and "metavar" not in kwargs:
+                kwargs["metavar"] = max(flags, key=len).lstrip("-").replace("-", "_").upper()
+            default = item.default if item.default is not MISSING else None
+            shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+            help_text = meta["help"] + ("" if default is None or isinstance(default, bool)
+                                        else f" (default: {shown})")
+            help_text = help_text.replace("%", "%%").replace("%%%%", "%%")  # a bare % is argparse's
+            section.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, help=help_text, **kwargs)
+            for flag, value in meta["shortcuts"].items():
+                section.add_argument(flag, dest=item.name, action="store_const", const=value,
+                                     default=argparse.SUPPRESS, help=f"= {flags[0]} {value}")
+
+
+def read_flags(args: argparse.Namespace, groups: Mapping[str, type]) -> dict[str, Any]:
+    """The groups filled from parsed flags: name -> dataclass instance (its defaults where a flag was
+    not passed)."""
+    return {name: kind(**{item.name: getattr(args, item.name) for item in fields(kind)
+                          if hasattr(args, item.name)})
+            for name, kind in groups.items()}
+
+
+# Flags with one meaning across the commands that a command without that meaning refuses, saying which
+# of its own flags the user wants (YOLOv5's detect.py calls its NMS IoU --iou-thres).
+REFUSED = {"--iou-thres": "is the IoU a detection needs to match a ground truth (turboyolo test, train); "
+                          "the IoU of NMS is --nms-thres"}
+
+
+def refuse_flag(parser: argparse.ArgumentParser, flag: str) -> None:
+    """A flag this command does not take because it means something else elsewhere: passing it stops
+    the command with :data:`REFUSED`'s message (hidden from ``-h``)."""
+    message = REFUSED[flag]
+
+    class Refused(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            parser.error(f"{option_string}: {message}")
+
+    parser.add_argument(flag, nargs="?", action=Refused, default=argparse.SUPPRESS, help=argparse.SUPPRESS)

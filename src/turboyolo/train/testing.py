@@ -1,0 +1,143 @@
+"""The ``turboyolo test`` job: Darknet weights or a checkpoint evaluated on one split of a data set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turboyolo.assets import ASSETS
+from turboyolo.data.pipeline import build_loader
+from turboyolo.data.scan import scan_dataset
+from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.errors import ConfigError
+from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
+from turboyolo.formats.datasets import load_data_config
+from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
+from turboyolo.options import amp_option, device_option, option, require
+from turboyolo.train.engine import evaluate
+from turboyolo.train.metrics import BACKENDS, EvalResult
+
+
+@dataclass
+class TestArgs:
+    """How the split is evaluated."""
+
+    __test__ = False  # not a pytest test class
+
+    split: str = option("val", "which split to evaluate", choices=("val", "train"))
+    img_size: int | None = option(None, "network input side (default: a checkpoint's --val-img-size, else "
+                                  "the cfg's width)", type=int)
+    batch_size: int = option(16, "images per forward pass", "-b", "--batch-size", type=int)
+    workers: int | None = option(None, "loader workers", "--n-cpu", "--workers", type=int)
+    iou_thres: float = option(0.5, "IoU a detection needs with a ground truth to count as found in "
+                              "precision/recall/F1 (AP is always COCO's: at 0.5 and over 0.5:0.95)",
+                              type=float)
+    conf_thres: float = option(0.01, "score where precision/recall/F1 are read (AP uses every detection "
+                               ">= 0.001)", type=float)
+    nms_thres: float = option(0.4, "IoU of per-class NMS", type=float)
+    max_det: int = option(300, "detections kept per image", type=int)
+    device: str = device_option()
+    amp: str = amp_option()
+    backend: str = option("pycocotools", "the COCO evaluator computing AP", choices=BACKENDS)
+    rect: bool = option(False, "batches of similar aspect ratio, each letterboxed to its own rectangle",
+                        action="store_true")
+    verbose: bool = option(False, "accepted (the table is always printed)", "-v", "--verbose",
+                           action="store_true")
+
+    def __post_init__(self) -> None:
+        require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
+                "--img-size must be a multiple of 32")
+        require(0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
+        require(0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
+        require(0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
+        require(self.batch_size >= 1, "--batch-size must be >= 1")
+        require(self.max_det >= 1, "--max-det must be >= 1")
+
+
+@dataclass
+class TestRequest:
+    """What ``turboyolo test`` is asked to do: ``weights`` (Darknet ``.weights`` with ``cfg``, a checkpoint
+    that carries its cfg, or a pinned asset name) on ``data``, as ``test`` says."""
+
+    __test__ = False  # not a pytest test class
+
+    weights: str | Path
+    data: str | Path
+    cfg: str | None = None
+    test: TestArgs = field(default_factory=TestArgs)
+
+
+GROUPS: dict[str, type] = {"test": TestArgs}
+
+
+@dataclass
+class TestReport:
+    """What :func:`run_test` measured: the evaluation and the data set's class names."""
+
+    __test__ = False  # not a pytest test class
+
+    result: EvalResult
+    names: list[str]
+
+    def summary(self) -> str:
+        """The per-class table, then the two mAPs."""
+        return (f"{self.result.table(self.names)}\n"
+                f"mAP@0.5 {self.result.map50:.4f}  mAP@0.5:0.95 {self.result.map50_95:.4f}")
+
+
+def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None) -> TestReport:
+    """mAP of ``request.weights`` on ``request.test.split`` of ``request.data``.
+
+    The weights must fit the cfg exactly (as for detect): a checkpoint for another class count is
+    refused, never evaluated with random heads. ``log`` receives what was loaded and the data set's scan
+    summary as they happen (nothing by default).
+    """
+    options, data = request.test, request.data
+    spec, weights, state = _model_spec(request)
+    size = options.img_size
+    if not size and state is not None:  # evaluate where the run evaluated
+        saved = state.get("config") or {}
+        size = (saved.get("eval") or {}).get("val_img_size") or saved.get("val_img_size")
+        if size:
+            log(f"input {size} x {size}: the run's --val-img-size (--img-size overrides)")
+    if size:
+        spec = spec.with_net(width=size, height=size)
+    model = build_model(spec, weights)
+    log(f"loaded {weights}")
+    device = resolve_device(options.device)
+    model.to(device)
+    # labels are checked against the model's classes when the data set names none
+    numbered = None if load_data_config(data).names else [str(k) for k in range(model.num_classes)]
+    scan = scan_dataset(data, options.split, numbered)
+    log(scan.console_text())  # the summary and the excluded and fixed files by name
+    scan.require_samples()
+    names = scan.names
+    if len(names) != model.num_classes:
+        raise ConfigError(f"{data}: {len(names)} class names but the model has {model.num_classes} classes; "
+                          "use the data set the weights were trained for, or a cfg with its class count")
+    loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
+                          workers=options.workers, shuffle=False, rect=options.rect)
+    result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
+                         conf_thres=options.conf_thres, iou_thres=options.iou_thres,
+                         nms_thres=options.nms_thres, max_det=options.max_det,
+                         amp_dtype=amp_dtype_for(device, options.amp), backend=options.backend)
+    if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
+        log(loader.dropped_summary())
+    return TestReport(result, names)
+
+
+def _model_spec(request: TestRequest) -> tuple[ModelSpec, Path, dict | None]:
+    """The network to evaluate, the weights file and (for a checkpoint) its contents."""
+    spec, weights = None, request.weights
+    if not Path(weights).exists() and str(weights) in ASSETS:  # a pretrained name: its canonical cfg
+        spec, weights = resolve_model(request.cfg, weights)
+    weights = weights_path(weights)
+    state = read_checkpoint(weights) if is_checkpoint(weights) else None
+    if request.cfg:
+        spec = parse_cfg(request.cfg)
+    elif state is not None and isinstance(state.get("cfg_text"), str):
+        spec = parse_cfg_text(state["cfg_text"], f"{weights}:cfg_text")
+    if spec is None:
+        raise ConfigError("--model/--cfg is required with Darknet .weights (a checkpoint carries its cfg)")
+    return spec, weights, state
