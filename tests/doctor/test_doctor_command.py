@@ -7,9 +7,11 @@ import json
 import cv2
 import numpy as np
 import pytest
+import torch
 
 from turboyolo.cli import main
-from turboyolo.formats.darknet_cfg import write_cfg
+from turboyolo.doctor.measure import DoctorOptions, measure_step
+from turboyolo.formats.darknet_cfg import parse_cfg, write_cfg
 from turboyolo.model.zoo import make_spec
 
 
@@ -73,3 +75,17 @@ def test_request_names_the_flag(tiny):
         DoctorRequest(data=tmp_path / "images", cfg=None)
     with pytest.raises(FlagError, match="exclude each other"):
         DoctorRequest(tmp_path / "images", cfg, DoctorArgs(assume_step_ms=1.0, assume_gpu="h200"))
+
+
+def test_step_is_timed_with_the_optimizer_train_builds(tiny):
+    """The stock cfg says SGD; `turboyolo train` fine-tunes with the fitted schedule's Adam, whose two
+    moment buffers cost time and checkpoint bytes: the doctor measures that one."""
+
+    _, cfg = tiny
+    spec = parse_cfg(cfg)
+    assert spec.net.optimizer == "sgd"
+    options = DoctorOptions(img_size=64, batch=2, subdivisions=1, device=torch.device("cpu"), workers=0,
+                            worker_counts=(0,), repeats=1)
+    _, _, optimizer = measure_step(spec, options)
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.002)

@@ -32,9 +32,11 @@ from turboyolo.doctor.verdict import GPU_RATES, StageTimings, assumed_step_s
 from turboyolo.errors import DataError
 from turboyolo.model.darknet import Darknet
 from turboyolo.train.checkpoint import CheckpointWriter
+from turboyolo.train.config import OptimArgs
 from turboyolo.train.engine import StepOptions, autocast
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import build_optimizer
+from turboyolo.train.plan import fitted_optimizer
 
 
 @dataclass
@@ -87,7 +89,7 @@ def measure_step(spec, options: DoctorOptions) -> tuple[float, object, object]:
     """Median seconds of forward + backward + optimizer on a random mini-batch; also the model and
     optimizer (for the checkpoint measurement)."""
     model = Darknet(spec).to(options.device)
-    optimizer = build_optimizer(model, spec.net)
+    optimizer = build_optimizer(model, fitted_optimizer(OptimArgs(), spec.net))
     loss_fn = YoloLoss(model.heads)
     mini = max(1, options.batch // options.subdivisions)
     images = torch.rand(mini, 3, options.img_size, options.img_size, device=options.device)
@@ -254,7 +256,7 @@ def measure_training_step(spec, options: DoctorOptions, run_dir: Path, log=print
             source = (f"assumed {options.assume_gpu.upper()}: 3 x {flops / 1e9:.1f} GFLOP per image at "
                       f"{GPU_RATES[options.assume_gpu] / 1e12:.0f} TFLOP/s x MFU 0.35")
         model = Darknet(spec)
-        optimizer = build_optimizer(model, spec.net)
+        optimizer = build_optimizer(model, fitted_optimizer(OptimArgs(), spec.net))
         for p in model.parameters():  # optimizer state as after a step (momentum buffers exist)
             p.grad = torch.zeros_like(p)
         optimizer.step()

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from turboyolo.formats.darknet_cfg import NetSpec
-from turboyolo.train.config import TrainConfig
+from turboyolo.train.config import OptimArgs, TrainConfig
 from turboyolo.train.optim import OptimizerSettings, Schedule
 
 # The fitted schedule's defaults (measured on two data sets: docs/PERFORMANCE.md, "Defaults").
@@ -84,6 +84,15 @@ def fitted_close_mosaic(epochs: int) -> int:
     return min(round(CLOSE_MOSAIC_SHARE * epochs), CLOSE_MOSAIC_MAX)
 
 
+def fitted_optimizer(optim: OptimArgs, net: NetSpec) -> OptimizerSettings:
+    """The optimizer of the fitted schedule: the flags given, the fitted defaults for the rest (the
+    doctor times and checkpoints this one, as ``turboyolo train`` would build it)."""
+    name = optim.optimizer or FITTED_OPTIMIZER
+    return OptimizerSettings(
+        name, optim.lr or FITTED_LR[name], FITTED_MOMENTUM if optim.momentum is None else optim.momentum,
+        FITTED_WEIGHT_DECAY if optim.weight_decay is None else optim.weight_decay, net.b2, net.eps)
+
+
 def make_plan(config: TrainConfig, net: NetSpec, planned: int, epochs: int,
               iterations_per_epoch: int) -> Plan:
     """The plan of a fresh run: ``planned`` iterations over ``epochs`` epochs of ``iterations_per_epoch``."""
@@ -98,11 +107,7 @@ def make_plan(config: TrainConfig, net: NetSpec, planned: int, epochs: int,
             weight_decay=cfg_optimizer.weight_decay if optim.weight_decay is None else optim.weight_decay)
         schedule = dataclasses.replace(Schedule.from_net(net), learning_rate=optimizer.lr)
     else:
-        name = optim.optimizer or FITTED_OPTIMIZER
-        optimizer = OptimizerSettings(
-            name, optim.lr or FITTED_LR[name],
-            FITTED_MOMENTUM if optim.momentum is None else optim.momentum,
-            FITTED_WEIGHT_DECAY if optim.weight_decay is None else optim.weight_decay, net.b2, net.eps)
+        optimizer = fitted_optimizer(optim, net)
         warmup = warmup_iterations(optim.warmup_epochs, iterations_per_epoch, planned)
         schedule = Schedule(learning_rate=optimizer.lr, burn_in=warmup, power=WARMUP_POWER,
                             policy=optim.lr_decay, max_batches=planned, min_lr_ratio=optim.lr_final)
