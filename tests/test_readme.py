@@ -1,4 +1,5 @@
-"""The README's Python API section, run as a doctest (official yolov3-tiny weights, Darknet's dog.jpg)."""
+"""The README's Python API quick start and docs/DETECT.md's lower-level Python section, run as doctests
+(official yolov3-tiny weights, Darknet's dog.jpg)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).parents[1] / "README.md"
+DETECT = Path(__file__).parents[1] / "docs" / "DETECT.md"
 DOG = Path("/usr/share/darknet/data/dog.jpg")
 
 
@@ -30,11 +32,13 @@ def test_readme_python_api_examples(tiny_weights, tmp_path, monkeypatch):
     write_cfg(make_spec("yolov3-tiny", 80, batch=1, subdivisions=1), tmp_path / "yolov3-tiny.cfg")
     os.symlink(tiny_weights, tmp_path / "yolov3-tiny.weights")
     monkeypatch.chdir(tmp_path)
-    text = _section(README.read_text(encoding="utf-8"), "Python API")
     parser = doctest.DocTestParser()
-    test = parser.get_doctest(text, {}, "README.md#python-api", str(README), 0)
-    assert len(test.examples) >= 10
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    runner.run(test)
+    for page, title, at_least in ((README, "Quick start 3: the Python API", 10),
+                                  (DETECT, "From Python, lower level", 3)):
+        text = _section(page.read_text(encoding="utf-8"), title)
+        test = parser.get_doctest(text, {}, f"{page.name}#{title}", str(page), 0)
+        assert len(test.examples) >= at_least, (page, title)
+        runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} README example(s) failed (see the output above)"

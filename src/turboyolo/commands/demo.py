@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"[demo] turboyolo train --config trees --data {data} {flags}")
     config = TrainConfig.build(data=data, base=read_config("trees"), **options)
     threads = torch.get_num_threads()
-    torch.set_num_threads(torch.multiprocessing.cpu_count() or threads)  # one intra-op thread: 1.8x slower
+    torch.set_num_threads(torch.multiprocessing.cpu_count() or threads)  # every core computes
     try:
         result = fit(config)
     finally:

@@ -199,8 +199,8 @@ class LossArgs:
     anchor_ratio: float = option(0.0, "train every anchor within this w/h factor of a box (YOLOv5: 4; "
                                  "0 = off)", type=float)
     obj_iou: bool = option(True, "objectness target of an assigned cell = GIoU (>= 0) of its predicted box "
-                           "with the ground truth, so scores rank well-placed boxes first (measured on "
-                           "trees: +0.03..0.11 mAP@0.5, docs/PERFORMANCE.md); on by default, --no-obj-iou: "
+                           "with the ground truth, so scores rank well-placed boxes above loose ones "
+                           "(docs/PERFORMANCE.md measures it); on by default, --no-obj-iou: "
                            "Darknet's target 1",
                            action=argparse.BooleanOptionalAction)
     box_gain: float = option(1.0, "multiplier of the box term", type=float)

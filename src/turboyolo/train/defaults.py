@@ -22,8 +22,8 @@ def first_yolo(spec: ModelSpec) -> YoloSpec | None:
 
 
 # turboyolo's defaults where neither a flag nor the cfg says (measured on trees and BCCD, 250 iterations:
-# docs/PERFORMANCE.md, "Defaults"). The cfg's own keys win over these; --schedule darknet does not change
-# them.
+# docs/PERFORMANCE.md, "Training defaults"). The cfg's own keys win over these; --schedule darknet does
+# not change them.
 DEFAULT_MOSAIC = 1.0  # [net] mosaic absent (the stock YOLOv3 cfgs)
 DEFAULT_BOX_LOSS = "giou"  # no [yolo] names iou_loss (the stock YOLOv3 cfgs: Darknet's mse)
 DEFAULT_ASSIGN_IOU = 0.213  # no [yolo] gives iou_thresh (AlexeyAB's value; pjreddie's Darknet: 1)

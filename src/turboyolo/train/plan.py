@@ -21,7 +21,7 @@ from turboyolo.formats.darknet_cfg import NetSpec
 from turboyolo.train.config import OptimArgs, TrainConfig
 from turboyolo.train.optim import OptimizerSettings, Schedule
 
-# The fitted schedule's defaults (measured on two data sets: docs/PERFORMANCE.md, "Defaults").
+# The fitted schedule's defaults (measured on two data sets: docs/PERFORMANCE.md, "Training defaults").
 FITTED_OPTIMIZER = "adam"
 FITTED_LR = {"adam": 0.002, "adamw": 0.002, "sgd": 0.01}
 FITTED_MOMENTUM = 0.9
