@@ -94,7 +94,7 @@ def main() -> int:
     parser.add_argument("--arch", default="yolov3-tiny")
     parser.add_argument("--variant", required=True, help="name of the row (what changed)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=None, help="default: ~250 iterations")
+    parser.add_argument("--epochs", type=int, default=None, help="default: ~250 iterations (a recipe's own)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--net", action="append", default=[], metavar="KEY=VALUE",
                         help="a [net] value of the generated cfg")
@@ -122,7 +122,8 @@ def main() -> int:
     project.mkdir(parents=True, exist_ok=True)
     if args.config:  # a recipe: its cfg, weights, epochs and data-specific values over the defaults
         config = TrainConfig.build(data=str(data), base=read_config(args.config), project=str(project),
-                                   name="run", seed=args.seed, **changes)
+                                   name="run", seed=args.seed,
+                                   **({"epochs": args.epochs} if args.epochs else {}), **changes)
     else:
         spec = make_spec(args.arch, num_classes=num_classes, batch=8, subdivisions=1)
         if net:
