@@ -100,6 +100,41 @@ def bad_crc_png(path: Path) -> Path:
     return path
 
 
+def inflate_damaged_png(path: Path) -> Path:
+    """A PNG whose compressed image data is damaged under valid CRCs (the CRC recomputed, as a tool that
+    rewrites chunks does): every structure check passes; only inflating the data finds it."""
+    data = bytearray(good_png(path, 96, 128).read_bytes())
+    idat = data.index(b"IDAT")
+    length = struct.unpack(">I", data[idat - 4 : idat])[0]
+    body = bytearray(data[idat + 4 : idat + 4 + length])
+    for k in range(10, 40):
+        body[k] ^= 0x55
+    data[idat + 4 : idat + 4 + length] = body
+    data[idat + 4 + length : idat + 8 + length] = struct.pack(">I", zlib.crc32(b"IDAT" + bytes(body)))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _truncated(path: Path, fmt: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(smooth_rgb(96, 128)).save(path, format=fmt)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def truncated_bmp(path: Path) -> Path:
+    return _truncated(path, "BMP")
+
+
+def truncated_tiff(path: Path) -> Path:
+    return _truncated(path, "TIFF")
+
+
+def truncated_webp(path: Path) -> Path:
+    return _truncated(path, "WEBP")
+
+
 def zero_byte(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"")
@@ -120,6 +155,10 @@ HOSTILE_IMAGES = {
     "entropy.jpg": (entropy_damaged_jpeg, ("corrupt JPEG: the image data does not decode cleanly",)),
     "zeroed.jpg": (zeroed_jpeg, ("corrupt JPEG: the image data does not decode cleanly",)),
     "badcrc.png": (bad_crc_png, ("CRC",)),
+    "inflate.png": (inflate_damaged_png, ("unreadable image",)),
+    "truncated.bmp": (truncated_bmp, ("truncated",)),
+    "truncated.tif": (truncated_tiff, ("truncated",)),
+    "truncated.webp": (truncated_webp, ("not a readable image",)),
     "zero.jpg": (zero_byte, ("zero-byte",)),
     "text.jpg": (text_as_jpeg, ("not a readable image",)),
 }

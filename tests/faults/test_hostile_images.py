@@ -1,9 +1,12 @@
-"""Bomb, truncated, mid-corrupt JPEG, bad-CRC PNG, zero-byte and text-as-jpg: counted and named skips
-in the scan (``prepare``, ``anchors``) and in ``detect``, never a traceback, and the same verdict in both."""
+"""Bomb, truncated, mid-corrupt and entropy-damaged JPEG, bad-CRC PNG, a PNG whose compressed data is
+damaged under valid CRCs, truncated BMP/TIFF/WebP, zero-byte and text-as-jpg: counted and named skips in the
+scan (``prepare``, ``anchors``) and in ``detect``, never a traceback, and the same verdict in both."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from faults.hostile import make_split, write_hostile_images
 
@@ -15,6 +18,12 @@ def _assert_named(output: str, expected: dict[str, tuple[str, ...]]) -> None:
         assert any(word in line for line in lines for word in words), f"{name}: {lines}"
 
 
+def _with_report(output: str) -> str:
+    """The console output and the full scan report it points to ("and M more, see REPORT")."""
+    found = re.search(r"more, see (\S+)", output)
+    return output + (Path(found.group(1)).read_text(encoding="utf-8") if found else "")
+
+
 def test_scan_excludes_and_names_every_hostile_image(tmp_path, cli):
     make_split(tmp_path / "set", count=3)
     expected = write_hostile_images(tmp_path / "set" / "images")
@@ -22,7 +31,7 @@ def test_scan_excludes_and_names_every_hostile_image(tmp_path, cli):
               "--out", tmp_path / "prepared", "--workers", 1)
     run.assert_clean(0)
     assert f"{3 + len(expected)} images found" in run.output and f"{len(expected)} excluded" in run.output
-    _assert_named(run.output, expected)
+    _assert_named(_with_report(run.output), expected)
     assert "train: 3 images" in run.output
 
 
@@ -31,7 +40,7 @@ def test_anchors_survives_hostile_images(tmp_path, cli):
     expected = write_hostile_images(tmp_path / "set" / "images")
     run = cli("anchors", "--data", tmp_path / "set" / "images", "--num", 2, "--restarts", 1)
     run.assert_clean(0)
-    _assert_named(run.output, expected)
+    _assert_named(_with_report(run.output), expected)
 
 
 def test_detect_skips_and_names_the_same_images(tmp_path, cli, tiny_model):

@@ -62,3 +62,35 @@ def test_detect_of_a_folder_and_a_glob_with_link_loops_ends_cleanly(tmp_path, cl
                   "--project", tmp_path / "runs", "--name", name)
         run.assert_clean(0)
         assert "8 images" in run.output and "self.jpg: a link that loops back on itself" in run.output
+
+
+def test_label_links_that_loop_or_point_at_nothing_exclude_their_image(tmp_path, cli):
+    """A label file that is a broken link is not a missing label file: counting its image as background
+    would train its objects as background without a word."""
+    import os
+
+    make_split(tmp_path / "set", count=4)
+    labels = tmp_path / "set" / "labels"
+    (labels / "img1.txt").unlink()
+    os.symlink("img1.txt", labels / "img1.txt")  # loops back on itself
+    (labels / "img2.txt").unlink()
+    os.symlink("moved/img2.txt", labels / "img2.txt")  # points at nothing
+    run = cli("prepare", "--data", tmp_path / "set" / "images", "--split", "train", "--img-size", 64,
+              "--out", tmp_path / "prep", "--workers", 1)
+    run.assert_clean(0)
+    assert "2 labelled (2 boxes), 0 background, 2 excluded" in run.output, run.output
+    assert f"label file {labels / 'img1.txt'}: a link that loops back on itself" in run.output
+    assert f"label file {labels / 'img2.txt'}: a link to 'moved/img2.txt', which does not exist" in run.output
+
+
+def test_a_list_file_that_loops_is_named_as_a_loop(tmp_path, cli):
+    import os
+
+    make_split(tmp_path / "set", count=2)
+    os.symlink("train.txt", tmp_path / "set" / "train.txt")
+    sets = tmp_path / "set"
+    (tmp_path / "d.yaml").write_text(f"train: {sets / 'train.txt'}\nval: {sets / 'images'}\n"
+                                     "names: [apple, banana]\n")
+    run = cli("anchors", "--data", tmp_path / "d.yaml", "--num", 2, "--restarts", 1)
+    run.assert_clean(1)
+    assert f"{tmp_path / 'set' / 'train.txt'}: a link that loops back on itself" in run.output, run.output

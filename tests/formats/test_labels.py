@@ -130,3 +130,9 @@ def test_every_bad_line_is_named_with_its_reason():
     fixed = parse_yolo_labels("0 0.5 0.5 0.2 0.2\n0 0.5 0.5 1.004 0.2\n0 0.5 0.5 0.2 0.2\n", num_classes=2)
     assert fixed.fixes == ["line 2: box clipped to the image (up to 0.0020 outside)",
                            "line 3: duplicate box removed"]
+
+
+def test_a_box_far_outside_is_named_in_a_short_number():
+    check = parse_yolo_labels("0 0.5 0.5 1e308 0.3\n0 0.5 0.5 4001 0.3\n")
+    assert "line 1: box extends 5e+307 outside" in check.error
+    assert "line 2: box extends 2e+03 outside" in check.error and len(check.error) < 200

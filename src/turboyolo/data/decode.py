@@ -12,10 +12,11 @@ is read once; JPEG and PNG files must pass the structure checks of :mod:`turboyo
 (a PNG with a bad CRC, a JPEG with garbage in its image data, a truncated file); a JPEG's image data
 is decoded by libjpeg-turbo with its warnings as errors (simplejpeg; Pillow's decoder, the same library,
 silences them), so damaged entropy-coded data is refused (the scan decodes it at 1/8 scale, the entropy
-decode being most of the cost), with the pixels Pillow would give; an image that declares
-more pixels than :func:`pixel_limit` is refused before anything is allocated (a decompression bomb: a
-small PNG that declares 30000 x 30000). Each failure is a :class:`DataError` naming the file, the reason
-and the fix.
+decode being most of the cost), with the pixels Pillow would give; the scan decodes the other
+formats whole (a truncated BMP or TIFF, a PNG whose compressed data is damaged under valid CRCs); an
+image that declares more pixels than :func:`pixel_limit` is refused before anything is allocated (a
+decompression bomb: a small PNG that declares 30000 x 30000). Each failure is a :class:`DataError`
+naming the file, the reason and the fix.
 """
 
 from __future__ import annotations
@@ -300,11 +301,12 @@ def _jpeg_damage(message: str) -> str | None:
 
 
 def probe_image(path: str | Path) -> tuple[int, int, str]:
-    """The scan's check, without decoding pixels: ``(height, width, format)`` after EXIF.
+    """The scan's check: ``(height, width, format)`` after EXIF.
 
-    Refuses what :func:`decode_image` refuses before it decodes: a missing, zero-byte or non-image file,
-    a picture over :func:`pixel_limit`, a JPEG or PNG that fails the structure checks of
-    :mod:`turboyolo.formats.images` (truncated, bad CRC, garbage in the image data).
+    Refuses what :func:`decode_image` refuses: a missing, zero-byte or non-image file, a picture over
+    :func:`pixel_limit` (from its header, before anything is decoded), a JPEG or PNG that fails the
+    structure checks of :mod:`turboyolo.formats.images` (truncated, bad CRC, garbage in the image data),
+    image data that does not decode (a JPEG's at 1/8 scale; the other formats' whole).
 
     Raises:
         DataError: naming the file and the reason.
@@ -315,12 +317,15 @@ def probe_image(path: str | Path) -> tuple[int, int, str]:
     with _opened(path, data) as img:
         fmt = img.format or "?"
         width, height = img.size
-        # Pillow's PNG getexif() decodes the whole image when no eXIf chunk came before the pixels;
-        # the chunk walk already knows whether there is one at all.
-        has_exif = fmt != "PNG" or "exif" in img.info or late_exif
-        orientation = _orientation(img) if has_exif else 1
         if fmt in _JPEG_FORMATS:  # the image data, decoded at 1/8 (the entropy decode is most of the cost)
             _strict_jpeg(path, data, img, 1)
+        else:
+            # No cheaper check of the image data than decoding it (for a PNG, inflating its data is most
+            # of the cost): a truncated BMP, TIFF or WebP, a PNG whose compressed data is damaged under
+            # valid CRCs. Pillow then has any eXIf chunk that came after a PNG's pixels too.
+            img.load()
+        has_exif = fmt != "PNG" or "exif" in img.info or late_exif
+        orientation = _orientation(img) if has_exif else 1
     w, h = oriented_size(width, height, orientation)
     return h, w, fmt
 

@@ -41,10 +41,19 @@ from turboyolo.assets import cache_dir
 from turboyolo.data.autolabels import count_model_made
 from turboyolo.data.decode import probe_image
 from turboyolo.errors import DataError, printable
-from turboyolo.formats.datasets import label_path_disagreement, label_path_for, list_images, load_data_config
+from turboyolo.formats.datasets import (
+    label_path_disagreement,
+    label_path_for,
+    link_problem,
+    list_images,
+    load_data_config,
+)
 from turboyolo.formats.labels import parse_yolo_labels
+from turboyolo.formats.text import read_text
 
-SCAN_VERSION = 3  # 3: every bad label line named and counted; 2: JSON cache (1 was pickle, never read again)
+# 4: byte-order marks read, other formats' image data decoded; 3: every bad label line named and counted;
+# 2: JSON cache (1 was pickle, never read again)
+SCAN_VERSION = 4
 CACHE_FORMAT = "turboyolo-scan-cache"
 REPORT_NAME = "scan_report.txt"
 
@@ -207,9 +216,13 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
         return _Entry(key, "excluded", str(err).removeprefix(f"{image}: "))
     warning = label_path_disagreement(image, label)
     if key[3] is None:
+        problem = link_problem(label)  # a broken link is not a missing label file (a background image)
+        if problem:
+            return _Entry(key, "excluded", f"label file {label}: {problem}; fix or remove the link",
+                          warning=warning)
         return _Entry(key, "ok", labels=np.zeros((0, 5), np.float32), hw=(h, w), warning=warning)
     try:
-        text = label.read_text(encoding="utf-8", errors="replace")
+        text = read_text(label, errors="replace")
     except OSError as err:
         return _Entry(key, "excluded", f"label file {label} unreadable ({err.strerror})")
     check = parse_yolo_labels(text, num_classes)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from turboyolo.errors import ConfigError
+from turboyolo.formats.text import read_text
 
 ACTIVATIONS = ("leaky", "linear", "mish", "logistic", "swish", "relu")
 IOU_LOSSES = ("mse", "iou", "giou", "diou", "ciou")  # Darknet's [yolo] iou_loss values
@@ -534,7 +535,7 @@ def parse_cfg_text(text: str, path: str = "<string>") -> ModelSpec:
 def parse_cfg(path: str | Path) -> ModelSpec:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path)
     except FileNotFoundError as err:
         raise ConfigError(
             f"{path}: no such cfg file; give a Darknet .cfg or write one with `turboyolo cfg`"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -20,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from turboyolo.errors import ConfigError, DataError
+from turboyolo.formats.text import read_text
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -76,7 +76,7 @@ def read_names(path: str | Path) -> list[str]:
     """Class names from a ``.names`` file (one per line, blank lines ignored)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_text(path, errors="replace").splitlines()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the names file ({err.strerror}); check the path") from None
     names = [line.strip() for line in lines if line.strip()]
@@ -87,8 +87,7 @@ def read_names(path: str | Path) -> list[str]:
 
 def _parse_darknet_data(path: Path) -> DataConfig:
     values: dict[str, str] = {}
-    for line_no, raw in enumerate(path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(),
-                                  start=1):
+    for line_no, raw in enumerate(read_text(path, errors="surrogateescape").splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -238,6 +237,22 @@ def walk_files(root: str | Path, notes: list[str] | None = None) -> Iterator[Pat
     yield from _once_each(files, say)
 
 
+def link_problem(path: str | Path) -> str | None:
+    """Why the link at ``path`` cannot be followed (it loops, or points at nothing); None when ``path``
+    is no link, or a link to something that exists."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if not os.path.islink(path):
+            return None
+        if err.errno == errno.ELOOP:
+            return "a link that loops back on itself"
+        if err.errno == errno.ENOENT:
+            return f"a link to {os.readlink(path)!r}, which does not exist"
+        return f"a link that cannot be followed ({err.strerror or err})"
+    return None
+
+
 def _entry_kind(entry: os.DirEntry) -> bool | str | None:
     """None for a folder (links followed); for a file, True when it is a link and False when not; or
     why the entry is neither (a link that loops or points at nothing)."""
@@ -246,15 +261,7 @@ def _entry_kind(entry: os.DirEntry) -> bool | str | None:
             return None if entry.is_dir(follow_symlinks=False) else False
         except OSError:
             return False
-    try:
-        target = os.stat(entry.path)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return "a link that loops back on itself"
-        if err.errno == errno.ENOENT:
-            return f"a link to {os.readlink(entry.path)!r}, which does not exist"
-        return f"a link that cannot be followed ({err.strerror or err})"
-    return None if stat.S_ISDIR(target.st_mode) else True
+    return link_problem(entry.path) or (None if os.path.isdir(entry.path) else True)
 
 
 def _once_each(files: list[tuple[Path, bool]], say) -> Iterator[Path]:
@@ -336,13 +343,15 @@ def list_images(source: str | Path, notes: list[str] | None = None) -> list[Path
     if source.is_dir():
         return sorted(p for p in walk_files(source, notes) if p.suffix.lower() in IMAGE_SUFFIXES)
     if not source.is_file():
-        raise DataError(f"{source}: image folder or list file not found; check the data file's paths")
+        problem = link_problem(source)
+        raise DataError(f"{source}: {problem}; fix or remove the link" if problem
+                        else f"{source}: image folder or list file not found; check the data file's paths")
     if source.suffix.lower() in IMAGE_SUFFIXES:
         return [source]
     base = source.parent
     out = []
     try:
-        text = source.read_text(encoding="utf-8", errors="surrogateescape")
+        text = read_text(source, errors="surrogateescape")
     except OSError as err:
         raise DataError(f"{source}: cannot read the list file ({err.strerror or err}); check it") from None
     for raw in text.splitlines():

@@ -21,6 +21,7 @@ import numpy as np
 
 from turboyolo.errors import DataError
 from turboyolo.formats.datasets import read_names
+from turboyolo.formats.text import read_text
 
 # Coordinates this far outside [0, 1] are clipped (and counted); further out the file is excluded.
 CLIP_TOLERANCE = 0.01
@@ -108,7 +109,8 @@ def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
                         arr[:, 1] + arr[:, 3] / 2, arr[:, 2] + arr[:, 4] / 2], axis=1)
     outside = np.max(np.maximum(-corners, corners - 1.0), axis=1, initial=0.0)  # per box
     for index in np.flatnonzero(outside > CLIP_TOLERANCE):
-        problems.append(f"line {numbers[index]}: box extends {outside[index]:.3f} outside the image "
+        far = f"{outside[index]:.3f}" if outside[index] < 1e3 else f"{outside[index]:.3g}"
+        problems.append(f"line {numbers[index]}: box extends {far} outside the image "
                         f"(tolerance {CLIP_TOLERANCE})")
     if problems:
         problems.sort(key=lambda p: int(p.split(":", 1)[0].removeprefix("line ")))
@@ -154,7 +156,7 @@ def read_yolo_labels(path: str | Path, num_classes: int | None = None, missing_o
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(path, errors="replace")
     except FileNotFoundError:
         if missing_ok:
             return _empty()
