@@ -8,7 +8,8 @@ then evaluated by the code of ``turboyolo test`` at 416 (and 512) on the val spl
 The measure is per iteration: the machine's speed moves only the minutes.
 
 Data sets: ``trees`` (37 train / 10 val tiles, 1 class; 5 iterations per epoch: 50 epochs) and ``bccd``
-(205 / 87 photos, 3 classes, bench/bccd.py; 26 iterations per epoch: 10 epochs).
+(205 / 87 photos, 3 classes, bench/bccd.py; 26 iterations per epoch: 10 epochs); ``shapes`` (200 / 60
+synthetic pictures of large objects, 3 classes, bench/shapes.py; 25 iterations per epoch: 10 epochs).
 
 ``--config trees`` runs a recipe instead (its network, weights and values over the defaults).
 
@@ -34,7 +35,7 @@ import yaml
 FIELDS = ("date", "machine", "data", "arch", "variant", "seed", "changes", "iterations", "epochs",
           "train_minutes", "wall_minutes", "stop_reason", "best_epoch", "best_416", "best_512", "last_416",
           "last_512", "best_416_map50_95", "per_class_416", "run_dir", "commit")
-EPOCHS = {"trees": 50, "bccd": 10}  # ~250 iterations of 8 images: 5 and 26 iterations per epoch
+EPOCHS = {"trees": 50, "bccd": 10, "shapes": 10}  # ~250 iterations of 8 images: 5, 26 and 25 per epoch
 
 
 def machine() -> str:
@@ -77,6 +78,11 @@ def data_file(name: str) -> Path:
         from bccd import DEFAULT_SOURCE, build_bccd
 
         return build_bccd(DEFAULT_SOURCE, assets.cache_dir() / "datasets" / "bccd")
+    if name == "shapes":
+        from shapes import build_shapes
+
+        out = assets.cache_dir() / "datasets" / "shapes"
+        return out / "shapes.yaml" if (out / "shapes.yaml").exists() else build_shapes(out)
     return Path(name)
 
 
@@ -90,7 +96,7 @@ def parse_pairs(items: list[str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="trees, bccd or a .data/.yaml file")
+    parser.add_argument("--data", required=True, help="trees, bccd, shapes or a .data/.yaml file")
     parser.add_argument("--arch", default="yolov3-tiny")
     parser.add_argument("--variant", required=True, help="name of the row (what changed)")
     parser.add_argument("--seed", type=int, default=0)

@@ -115,6 +115,8 @@ def test_convert_coco(tmp_path):
     np.testing.assert_allclose(rows, [[1, 0.2, 0.2, 0.2, 0.2]], atol=1e-6)
     assert (tmp_path / "out" / "b.txt").read_text() == ""
     assert len(report.skipped) == 2
+    (tmp_path / "bom.json").write_bytes(json.dumps(doc).encode("utf-8-sig"))  # as Windows tools save it
+    assert convert_coco(tmp_path / "bom.json", tmp_path / "out2").names == ["cat", "dog"]
 
 
 def test_every_bad_line_is_named_with_its_reason():

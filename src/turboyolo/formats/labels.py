@@ -329,7 +329,7 @@ def convert_coco(json_path: str | Path, out_dir: str | Path) -> ConvertReport:
     """
     json_path, out_dir = Path(json_path), Path(out_dir)
     try:
-        data = json.loads(json_path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(json_path))
         categories = sorted(data["categories"], key=lambda c: c["id"])
         images = {img["id"]: img for img in data["images"]}
         annotations = data.get("annotations", [])
