@@ -82,7 +82,7 @@ def data_file(name: str) -> Path:
         from shapes import build_shapes
 
         out = assets.cache_dir() / "datasets" / "shapes"
-        return out / "shapes.yaml" if (out / "shapes.yaml").exists() else build_shapes(out)
+        return out / "shapes.data" if (out / "shapes.data").exists() else build_shapes(out)
     return Path(name)
 
 
@@ -121,6 +121,7 @@ def main() -> int:
     from turboyolo.train.fit import fit
     from turboyolo.train.testing import TestArgs, TestRequest, run_test
 
+    code = commit()  # the code this run imports (the tree may move while it trains)
     data = data_file(args.data)
     num_classes = len(load_data_config(data).names)
     changes, net = parse_pairs(args.set), parse_pairs(args.net)
@@ -170,7 +171,7 @@ def main() -> int:
         "wall_minutes": f"{wall:.2f}", "stop_reason": result.stop_reason, "best_epoch": best_epoch,
         **{key: (f"{value.map50:.4f}" if value is not None else "") for key, value in scores.items()},
         "best_416_map50_95": f"{b416.map50_95:.4f}" if b416 is not None else "",
-        "per_class_416": per_class, "run_dir": str(result.run_dir), "commit": commit(),
+        "per_class_416": per_class, "run_dir": str(result.run_dir), "commit": code,
     }
     append_row(Path(args.csv), row)
     return 0

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 DARKNET_TINY = Path("/usr/share/darknet/cfg/yolov3-tiny.cfg")
-EPOCHS = {"trees": 50, "bccd": 10}  # 5 and 26 steps of 8 images per epoch: ~250 steps
+EPOCHS = {"trees": 50, "bccd": 10, "shapes": 10}  # 5, 26 and 25 steps of 8 images per epoch: ~250 steps
 
 
 def tiny_cfg(num_classes: int, burn_in: int | None) -> str:
@@ -79,7 +79,7 @@ def inner(out: Path, data: Path, weights: Path, seed: int, epochs: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="trees", help="trees or bccd")
+    parser.add_argument("--data", default="trees", help="trees, bccd or shapes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=None, help="its epochs (default: ~250 steps)")
     parser.add_argument("--burn-in", type=int, default=20, help="the cfg's burn_in (0: keep the stock 1000)")

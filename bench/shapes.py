@@ -10,7 +10,7 @@ It is synthetic: it checks that the defaults do not depend on small crowded obje
 Usage::
 
     .venv/bin/python bench/shapes.py --out /work/data/shapes
-    .venv/bin/python bench/defaults_250.py --data /work/data/shapes/shapes.yaml --epochs 10 --variant defaults
+    .venv/bin/python bench/defaults_250.py --data shapes --variant defaults   # builds it in the cache
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def _picture(rng: np.random.Generator) -> tuple[np.ndarray, list[tuple[int, floa
 
 
 def build_shapes(out: Path, train: int = 200, val: int = 60, seed: int = 0) -> Path:
-    """The set under ``out`` (images/, labels/ per split) and its ``shapes.yaml``; returns that file."""
+    """The set under ``out`` (images/, labels/ per split) and its Darknet ``shapes.data`` (list files,
+    names; PyTorch-YOLOv3 reads only this kind); returns that file."""
     rng = np.random.default_rng(seed)
     for split, count in (("train", train), ("val", val)):
         (out / split / "images").mkdir(parents=True, exist_ok=True)
@@ -78,8 +79,18 @@ def build_shapes(out: Path, train: int = 200, val: int = 60, seed: int = 0) -> P
             cv2.imwrite(str(out / split / "images" / f"{i:04d}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 90])
             text = "".join(f"{c} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}\n" for c, x, y, bw, bh in rows)
             (out / split / "labels" / f"{i:04d}.txt").write_text(text)
-    data = out / "shapes.yaml"
-    data.write_text(f"path: {out}\ntrain: train/images\nval: val/images\nnames: [{', '.join(NAMES)}]\n")
+    return write_index(out)
+
+
+def write_index(out: Path) -> Path:
+    """``shapes.data``, its list files and ``shapes.names`` for the pictures under ``out``."""
+    for split in ("train", "val"):
+        images = sorted((out / split / "images").glob("*.jpg"))
+        (out / f"{split}.txt").write_text("".join(f"{p}\n" for p in images))
+    (out / "shapes.names").write_text("".join(f"{n}\n" for n in NAMES))
+    data = out / "shapes.data"
+    data.write_text(f"classes = {len(NAMES)}\ntrain = {out / 'train.txt'}\nvalid = {out / 'val.txt'}\n"
+                    f"names = {out / 'shapes.names'}\n")
     return data
 
 
