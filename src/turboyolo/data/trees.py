@@ -29,6 +29,7 @@ import numpy as np
 from turboyolo import assets
 from turboyolo.data.decode import save_image
 from turboyolo.errors import AssetError, DataError
+from turboyolo.formats.datasets import write_darknet_data
 from turboyolo.formats.labels import read_voc_xml, write_names, write_yolo_labels
 
 TILE = 416
@@ -123,9 +124,8 @@ def _build(archive: Path, out: Path) -> None:
 def _write_configs(out: Path) -> None:
     # Written after the final rename: they carry absolute paths (Darknet and PyTorch-YOLOv3 read list
     # entries relative to the working directory, so absolute paths work with every tool).
-    (out / "trees.data").write_text(
-        f"classes = 1\ntrain = {out / 'train.txt'}\nvalid = {out / 'valid.txt'}\n"
-        f"names = {out / 'trees.names'}\nbackup = backup/\n", encoding="utf-8")
+    write_darknet_data(out / "trees.data", 1, out / "train.txt", out / "valid.txt", out / "trees.names",
+                       backup="backup/")
     (out / "data.yaml").write_text(
         f"path: {out}\ntrain: images/train\nval: images/val\nnames:\n  0: tree\n", encoding="utf-8")
     for list_name in ("train.txt", "valid.txt"):

@@ -85,6 +85,15 @@ def read_names(path: str | Path) -> list[str]:
     return names
 
 
+def write_darknet_data(path: str | Path, classes: int, train: Path, valid: Path, names: Path,
+                       **extra: str) -> Path:
+    """A Darknet ``.data`` file (``key = value`` lines, read by :func:`load_data_config`, Darknet and
+    PyTorch-YOLOv3 alike; give absolute paths, which every tool reads the same); returns its path."""
+    values = {"classes": classes, "train": train, "valid": valid, "names": names, **extra}
+    Path(path).write_text("".join(f"{key} = {value}\n" for key, value in values.items()), encoding="utf-8")
+    return Path(path)
+
+
 def _parse_darknet_data(path: Path) -> DataConfig:
     values: dict[str, str] = {}
     for line_no, raw in enumerate(read_text(path, errors="surrogateescape").splitlines(), start=1):
