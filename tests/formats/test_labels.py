@@ -138,3 +138,15 @@ def test_a_box_far_outside_is_named_in_a_short_number():
     check = parse_yolo_labels("0 0.5 0.5 1e308 0.3\n0 0.5 0.5 4001 0.3\n")
     assert "line 1: box extends 5e+307 outside" in check.error
     assert "line 2: box extends 2e+03 outside" in check.error and len(check.error) < 200
+
+
+def test_a_label_file_that_is_a_broken_link_is_not_background(tmp_path):
+    import os
+
+    os.symlink("moved/a.txt", tmp_path / "a.txt")  # points at nothing
+    os.symlink("b.txt", tmp_path / "b.txt")  # loops back on itself
+    with pytest.raises(DataError, match="a link to 'moved/a.txt', which does not exist"):
+        read_yolo_labels(tmp_path / "a.txt")
+    with pytest.raises(DataError, match="a link that loops back on itself"):
+        read_yolo_labels(tmp_path / "b.txt")
+    assert read_yolo_labels(tmp_path / "c.txt").shape == (0, 5)  # no file at all: background

@@ -34,6 +34,7 @@ import simplejpeg
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from turboyolo.errors import DataError
+from turboyolo.formats.datasets import link_problem
 from turboyolo.formats.images import declared_size, jpeg_problem, png_problem, sniff
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not return grey rows
@@ -149,7 +150,7 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
         raise DataError(f"{path}: a folder where an image was expected; fix the list file") from None
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise DataError(f"{path}: a link that loops back on itself; fix or remove the link") from None
+            raise DataError(f"{path}: {link_problem(path)}; fix or remove the link") from None
         raise DataError(f"{path}: image unreadable ({err.strerror or err}); check its permissions") from None
     if not head:
         raise DataError(f"{path}: zero-byte image file; re-export or remove it")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.errors import DataError
-from turboyolo.formats.datasets import read_names
+from turboyolo.formats.datasets import link_problem, read_names
 from turboyolo.formats.text import read_text
 
 # Coordinates this far outside [0, 1] are clipped (and counted); further out the file is excluded.
@@ -152,12 +152,18 @@ def read_yolo_labels(path: str | Path, num_classes: int | None = None, missing_o
         are clipped and exact duplicates removed (as in the scan).
 
     Raises:
-        DataError: naming the file and line when a line is malformed.
+        DataError: naming the file and line when a line is malformed, or the file when it cannot be
+            read (a link that loops or points at nothing included).
     """
     path = Path(path)
     try:
         text = read_text(path, errors="replace")
-    except FileNotFoundError:
+    except OSError as err:
+        problem = link_problem(path)  # a broken link is not a missing file (a background image)
+        if problem:
+            raise DataError(f"{path}: {problem}; fix or remove the link") from None
+        if not isinstance(err, FileNotFoundError):
+            raise DataError(f"{path}: label file unreadable ({err.strerror or err}); check it") from None
         if missing_ok:
             return _empty()
         raise DataError(f"{path}: label file not found; create it (empty = background image)") from None
