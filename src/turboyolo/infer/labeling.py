@@ -2,7 +2,7 @@
 
 Never overwrites a label file unless asked (``overwrite``); every written file is recorded in its
 folder's manifest (:mod:`turboyolo.data.autolabels`) so the data set's scan can count model-made labels
-apart from human ones. A review list goes to the run directory: ``review.csv`` and
+apart from human ones. A review list goes to the run directory: ``review.csv``, ``classes.names`` and
 ``contact_sheet.jpg``, lowest confidence first (images with no detection before all others), so a
 person checks the least certain labels first. :func:`run_label` is the whole job (``turboyolo label``).
 """
@@ -19,13 +19,11 @@ import numpy as np
 from turboyolo.data.autolabels import record_model_labels
 from turboyolo.data.decode import load_image, save_image
 from turboyolo.draw import draw_boxes
-from turboyolo.errors import ConfigError, DataError, printable
-from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, resolve
-from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
+from turboyolo.errors import printable
+from turboyolo.formats.datasets import SPLITS, label_path_for, load_data_config, split_images
+from turboyolo.formats.labels import boxes_to_yolo_rows, write_names, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.options import RunDirArgs, option, require
-
-SPLITS = ("unlabeled", "train", "val")
 
 
 @dataclass
@@ -100,32 +98,6 @@ class ReviewRow:
         return float(self.scores.mean()) if len(self.scores) else 0.0
 
 
-def split_images(data: str | Path, split: str) -> list[Path]:
-    """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
-    key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
-    if split not in SPLITS:
-        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    config = load_data_config(data)
-    if split == "unlabeled":
-        value = config.extra.get("unlabeled")
-        if value is None:
-            if Path(data).is_dir():
-                sources = [Path(data)]
-            else:
-                raise ConfigError(
-                    f"{data}: no `unlabeled` entry; add `unlabeled: <image folder>` or pass a folder"
-                )
-        else:
-            items = value if isinstance(value, list) else [value]
-            sources = [resolve(str(v), config.root) for v in items]
-    else:
-        sources = config.split(split)
-    images = [image for source in sources for image in list_images(source)]
-    if not images:
-        raise DataError(f"{data}: the {split} split has no images")
-    return images
-
-
 def run_label(request: LabelRequest) -> LabelReport:
     """``turboyolo label``: a model's detections as YOLO labels for the images of a split without one.
 
@@ -142,6 +114,7 @@ def run_label(request: LabelRequest) -> LabelReport:
     classes = class_indices(args.class_filter, names)
     out_dir = request.out_dir or request.run_dir.make("label")
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
+    write_names(out_dir / "classes.names", names)  # `turboyolo review <run dir>` shows the classes by name
     return LabelReport(out_dir, rows)
 
 
