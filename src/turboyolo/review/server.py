@@ -203,6 +203,7 @@ def serve(app: ReviewApp, log: Callable[[str], None] = print) -> int:
     Returns how many saves the session made."""
     server = make_server(app)
     url = url_of(server, app)
+    app.listing(app.args.order)  # the first pictures are made while the browser starts
     if app.args.host not in LOCAL_HOSTS:
         log(f"warning: --host {app.args.host}: other machines that reach this address can open the review "
             "(with the token of the URL) and change label files")

@@ -282,6 +282,7 @@ function onUp() {
 function onKey(event) {
   if (event.target.tagName === "SELECT" || !S.items.length) return;
   const key = event.key;
+  window.review.keyAt = performance.now();  // when the last key came (the bench's next-image latency)
   if ((event.ctrlKey || event.metaKey) && key.toLowerCase() === "z") { event.preventDefault(); undo(); return; }
   if ((event.ctrlKey || event.metaKey) && key.toLowerCase() === "s") { event.preventDefault(); save(); return; }
   if (event.ctrlKey || event.metaKey || event.altKey) return;
