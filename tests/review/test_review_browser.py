@@ -114,6 +114,8 @@ def test_a_person_draws_moves_relabels_deletes_saves_and_meets_a_conflict(browse
     # draw a box in the empty top right, give it class 2 (bird) with a key
     (x0, y0), (x1, y1) = page.drag((0.55, 0.1), (0.85, 0.35))
     page.keys("2")
+    if os.environ.get("REVIEW_SCREENSHOT"):  # docs/review_page.png is made this way
+        browser.save_screenshot(os.environ["REVIEW_SCREENSHOT"])
     # move the cat (0.25, 0.25) by dragging its middle; delete the dog (click it, Delete)
     (m0, n0), (m1, n1) = page.drag((0.25, 0.25), (0.35, 0.45))
     page.click((0.75, 0.75))
@@ -127,8 +129,6 @@ def test_a_person_draws_moves_relabels_deletes_saves_and_meets_a_conflict(browse
     assert len(lines) == 2 and [line.split()[0] for line in lines] == ["0", "2"]
     close(read_yolo_labels(label).tolist(), expected)
     assert label_status(label) == "reviewed"
-    if os.environ.get("REVIEW_SCREENSHOT"):  # docs/images/review.png is made this way
-        browser.save_screenshot(os.environ["REVIEW_SCREENSHOT"])
 
     # the person changes a class while another program changes the file: the save is refused
     saved = label.read_text()
@@ -144,7 +144,7 @@ def test_a_person_draws_moves_relabels_deletes_saves_and_meets_a_conflict(browse
     assert len(browser.find_elements("css selector", ".box.disk")) == 1
     browser.find_element("id", "keep-mine").click()
     deadline = time.monotonic() + 30
-    while label.read_text() == "1 0.5 0.5 0.1 0.1\n" and time.monotonic() < deadline:
+    while label_status(label) != "reviewed" and time.monotonic() < deadline:  # the save, then its record
         time.sleep(0.05)
     assert [line.split()[0] for line in label.read_text().splitlines()] == ["1", "2"]
     assert label_status(label) == "reviewed"
@@ -190,3 +190,34 @@ def test_the_wheel_zooms_in_to_the_full_size_picture_and_f_fits_again(browser, s
     wait_for(browser, "document.getElementById('photo').naturalWidth == 2400")
     page.keys("f")
     assert abs(page.rect()["w"] - before["w"]) < 1
+
+
+def test_the_models_boxes_are_shown_and_one_key_accepts_a_missing_one(browser, review_set, start_review,
+                                                                       tiny_cfg, tmp_path):
+    from turboyolo.model.loading import build_model, save_darknet_weights
+
+    weights = save_darknet_weights(build_model(tiny_cfg), tmp_path / "tiny.weights")  # random: many boxes
+    process = start_review(review_set, "--cfg", str(tiny_cfg), "--weights", str(weights), "--device", "cpu",
+                           "--conf-thres", "0.01", "--order", "disagree")
+    browser.get(process.url)
+    page = Page(browser)
+    wait_for(browser, "window.review && window.review.shown.length >= 1")
+    predictions = browser.execute_script("return window.review.S.preds")
+    assert predictions and len(browser.find_elements("css selector", ".box.pred")) == len(predictions)
+    before = page.rows()
+    page.keys("a")  # the most confident model box that no label covers becomes a label
+    rows = page.rows()
+    assert len(rows) == len(before) + 1 and rows[-1] == max(
+        (p for p in predictions if all(iou(p, r) < 0.5 for r in before)), key=lambda p: p[5])[:5]
+    page.keys("s")
+    wait_for(browser, "window.review.S.status == 'reviewed'")
+    name = browser.find_element("id", "name").text
+    label = review_set.parent / "labels" / f"{name.rsplit('.', 1)[0]}.txt"
+    close(read_yolo_labels(label).tolist(), [[int(r[0]), *r[1:]] for r in rows], tol=1e-6)
+
+
+def iou(a, b) -> float:
+    ax1, ay1, ax2, ay2 = a[1] - a[3] / 2, a[2] - a[4] / 2, a[1] + a[3] / 2, a[2] + a[4] / 2
+    bx1, by1, bx2, by2 = b[1] - b[3] / 2, b[2] - b[4] / 2, b[1] + b[3] / 2, b[2] + b[4] / 2
+    inter = max(0, min(ax2, bx2) - max(ax1, bx1)) * max(0, min(ay2, by2) - max(ay1, by1))
+    return inter / (a[3] * a[4] + b[3] * b[4] - inter + 1e-12)
