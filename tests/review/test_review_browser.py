@@ -192,6 +192,7 @@ def test_the_wheel_zooms_in_to_the_full_size_picture_and_f_fits_again(browser, s
     assert abs(page.rect()["w"] - before["w"]) < 1
 
 
+@pytest.mark.slow
 def test_the_models_boxes_are_shown_and_one_key_accepts_a_missing_one(browser, review_set, start_review,
                                                                        tiny_cfg, tmp_path):
     from turboyolo.model.loading import build_model, save_darknet_weights

@@ -92,3 +92,11 @@ def test_review_progress_survives_a_restart(review_set, start_review):
     assert listing["progress"] == {"model": 0, "none": 1, "human": 1, "reviewed": 1}
     unreviewed = json.loads(request(again, "GET", "/api/list?order=unreviewed")[1])["items"]
     assert [item["key"] for item in unreviewed] == ["c.png"]
+
+
+def test_another_address_than_this_machine_is_bound_only_on_request_and_with_a_warning(review_set,
+                                                                                       start_review):
+    process = start_review(review_set, "--host", "0.0.0.0")
+    assert any(line.startswith("warning: --host 0.0.0.0: other machines") for line in process.lines)
+    assert request(process, "GET", "/api/session", token=None)[0] == 403  # the token is still needed
+    assert request(process, "GET", "/api/session")[0] == 200
