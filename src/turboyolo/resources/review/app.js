@@ -354,7 +354,7 @@ async function saveNow() {
   if (S.disk) { say("resolve the conflict first: keep yours or take the disk's"); return false; }
   S.busy = true;
   try {
-    const item = current();
+    const item = current(), sent = JSON.stringify(S.rows);
     const response = await fetch(url(`/api/labels/${keyPath(item.key)}`), {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ rows: S.rows, base: S.base }),
@@ -368,7 +368,8 @@ async function saveNow() {
       return false;
     }
     if (!response.ok) { say(body.error || response.statusText); return false; }
-    S.base = body.sha1; S.status = body.status; S.rows = body.rows; S.loaded = JSON.stringify(body.rows);
+    S.base = body.sha1; S.status = body.status; S.loaded = JSON.stringify(body.rows);
+    if (JSON.stringify(S.rows) === sent) S.rows = body.rows;  // edits made meanwhile stay (unsaved)
     item.status = body.status;
     showProgress(body.progress);
     say(null);
@@ -381,8 +382,13 @@ async function saveNow() {
     S.busy = false;
   }
 }
-async function keepMine() { S.base = S.disk.sha1; S.disk = null; if (await save()) say("saved yours", "info"); }
+async function keepMine() {
+  document.activeElement.blur();  // the keys go to the page again, not to the button
+  S.base = S.disk.sha1; S.disk = null;
+  if (await save()) say("saved yours", "info");
+}
 function takeDisk() {
+  document.activeElement.blur();
   change(() => { S.rows = S.disk.rows; });
   S.base = S.disk.sha1; S.loaded = JSON.stringify(S.disk.rows); S.status = S.disk.status; S.disk = null;
   say(null); render();
