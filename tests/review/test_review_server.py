@@ -100,3 +100,14 @@ def test_another_address_than_this_machine_is_bound_only_on_request_and_with_a_w
     assert any(line.startswith("warning: --host 0.0.0.0: other machines") for line in process.lines)
     assert request(process, "GET", "/api/session", token=None)[0] == 403  # the token is still needed
     assert request(process, "GET", "/api/session")[0] == 200
+
+
+def test_a_taken_port_and_a_missing_data_set_are_named(review_set, start_review, capsys, tmp_path):
+    from turboyolo.cli import main
+
+    process = start_review(review_set)
+    port = process.base.rsplit(":", 1)[1].strip("/")
+    assert main(["review", str(review_set), "--no-browser", "--port", port]) == 1
+    assert f"--port {port}: cannot listen there" in capsys.readouterr().err
+    assert main(["review", str(tmp_path / "nowhere"), "--no-browser"]) == 1
+    assert "nowhere: no such data file or folder" in capsys.readouterr().err

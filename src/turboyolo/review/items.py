@@ -94,6 +94,7 @@ class ReviewSet:
             images = _review_csv_images(csv_path)
             names = names or _run_dir_names(data, images)
             return cls(_items(images), names or [], str(data), from_review_csv=True)
+        config = load_data_config(data)  # a missing or malformed data file is named here
         if data.is_dir() and split == "all":
             images = list_images(data)
         else:
@@ -102,7 +103,7 @@ class ReviewSet:
             raise DataError(f"{data}: no images to review; pass a data.yaml, .data, image folder or a "
                             "`turboyolo label` run directory")
         if names is None:
-            names = load_data_config(data).names
+            names = config.names
         return cls(_items(images), list(names or []), str(data))
 
     def find(self, key: str) -> Item | None:

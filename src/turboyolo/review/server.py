@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from turboyolo.errors import TurboYoloError, printable
+from turboyolo.errors import FlagError, TurboYoloError, printable
 from turboyolo.options import CONF_THRES, option, require
 from turboyolo.review.images import ModelBoxes, ReducedImages
 from turboyolo.review.items import ORDERS, Conflict, ReviewSet, disagreement
@@ -186,7 +186,11 @@ class Handler(BaseHTTPRequestHandler):
 def make_server(app: ReviewApp) -> ThreadingHTTPServer:
     """The server of ``app``, bound (not yet serving); its URL is :func:`url_of`."""
     handler = type("ReviewHandler", (Handler,), {"app": app})
-    server = ThreadingHTTPServer((app.args.host, app.args.port), handler)
+    try:
+        server = ThreadingHTTPServer((app.args.host, app.args.port), handler)
+    except OSError as err:  # the port is taken, the address is not this machine's
+        raise FlagError(f"--host {app.args.host} --port {app.args.port}: cannot listen there "
+                        f"({err.strerror or err}); pick another port, or 0 for a free one") from None
     server.daemon_threads = True
     return server
 
