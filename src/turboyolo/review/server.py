@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import sys
 import threading
 import webbrowser
 from collections.abc import Callable
@@ -183,15 +184,23 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+class ReviewServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the browser closed or moved on (a picture asked for ahead): nothing to report
+        super().handle_error(request, client_address)
+
+
 def make_server(app: ReviewApp) -> ThreadingHTTPServer:
     """The server of ``app``, bound (not yet serving); its URL is :func:`url_of`."""
     handler = type("ReviewHandler", (Handler,), {"app": app})
     try:
-        server = ThreadingHTTPServer((app.args.host, app.args.port), handler)
+        server = ReviewServer((app.args.host, app.args.port), handler)
     except OSError as err:  # the port is taken, the address is not this machine's
         raise FlagError(f"--host {app.args.host} --port {app.args.port}: cannot listen there "
                         f"({err.strerror or err}); pick another port, or 0 for a free one") from None
-    server.daemon_threads = True
     return server
 
 
