@@ -28,7 +28,7 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
-from turboyolo.rundir import next_run_dir
+from turboyolo.rundir import RESUME_OUTPUT, next_run_dir, resume_run_dir
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.checkpoint import restore
@@ -93,13 +93,15 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
         saved = TrainConfig.from_dict(resume_state["config"])
-        ignored = [name for name in config.given if name not in RESUMABLE]
+        ignored = [name for name in config.given if name not in RESUMABLE + RESUME_OUTPUT]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
                 f"(only {', '.join(RESUMABLE)} may change)")
+        run_dir, made_here, where = distributed.broadcast_object(  # the output rule of rundir.py
+            resume_run_dir(config.resume, config.output, config.given) if env.is_main else None)
+        say(f"--resume writes into {run_dir} ({where})")
         config = saved.resumed(config)
         spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
-        run_dir = Path(config.resume).resolve().parent.parent
     else:
         spec = apply_overrides(load_cfg(config, say), config, say)
         config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
