@@ -1,0 +1,186 @@
+"""The one output rule, through the commands a user types (issue 31, round three): no output is an input,
+an existing file is replaced only when asked, a reused run directory never mixes two runs' files,
+two inputs of one name get two outputs, ``--resume`` writes only into its run, a failed start leaves no
+empty run directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from synth import make_dataset, make_image_folder, micro_cfg
+
+
+def _video(path: Path, frames: int = 2, shade: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 5, (64, 48))
+    for index in range(frames):
+        writer.write(np.full((48, 64, 3), shade + 30 * index, np.uint8))
+    writer.release()
+    return path
+
+
+def test_export_never_writes_over_its_inputs_or_an_existing_file_unasked(tmp_path, cli, tiny_model):
+    cfg, weights, _, checkpoint = tiny_model
+    copy = shutil.copy(checkpoint, tmp_path / "best.pt")
+    before = Path(copy).read_bytes()
+    run = cli("export", "--weights", copy, "-o", copy, "--no-check")
+    run.assert_clean(1)
+    assert f"-o/--output {copy} is the same file as the input --weights {copy}" in run.output
+    assert Path(copy).read_bytes() == before  # the checkpoint is whole
+    cfg_copy = shutil.copy(cfg, tmp_path / "m.cfg")
+    run = cli("export", "--weights", weights, "--cfg", cfg_copy, "-o", "./m.cfg", "--no-check")
+    run.assert_clean(1)
+    assert "is the same file as the input --cfg" in run.output
+    taken = tmp_path / "taken.onnx"
+    taken.write_text("someone's file")
+    run = cli("export", "--weights", copy, "-o", taken, "--no-check", "--exporter", "torchscript")
+    run.assert_clean(1)
+    assert f"{taken} exists; pass --overwrite" in run.output and taken.read_text() == "someone's file"
+    run = cli("export", "--weights", copy, "-o", taken, "--no-check", "--exporter", "torchscript",
+              "--overwrite")
+    run.assert_clean(0)
+    assert taken.read_bytes()[:8] != b"someone'"
+
+
+def test_an_argument_error_found_late_leaves_no_empty_run_directory(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    run = cli("export", "--weights", checkpoint, "--img-size", "33", "--no-check",
+              "--project", tmp_path / "r")
+    run.assert_clean(1)
+    assert "must be a multiple of 32" in run.output
+    assert not (tmp_path / "r" / "exp").exists()
+
+
+def test_cfg_and_anchors_refuse_an_existing_output_and_an_input(tmp_path, cli):
+    taken = tmp_path / "mine.cfg"
+    taken.write_text("# my notes\n")
+    run = cli("cfg", "yolov3-tiny", "--num-classes", "2", "-o", taken)
+    run.assert_clean(1)
+    assert "exists; pass --overwrite" in run.output and taken.read_text() == "# my notes\n"
+    cli("cfg", "yolov3-tiny", "--num-classes", "2", "-o", taken, "--overwrite").assert_clean(0)
+    assert "[yolo]" in taken.read_text()
+    data = make_dataset(tmp_path / "set", 3, 2)
+    before = taken.read_text()
+    run = cli("anchors", "--data", data, "--cfg", taken, "-o", taken)
+    run.assert_clean(1)
+    assert f"is the same file as the input --cfg {taken}" in run.output and taken.read_text() == before
+
+
+def test_detect_gives_same_named_inputs_their_own_outputs(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    _video(tmp_path / "a" / "clip.mp4", shade=0)
+    _video(tmp_path / "b" / "clip.mp4", shade=100)
+    make_image_folder(tmp_path / "p", count=2, size=(48, 64), ext=".jpg")
+    make_image_folder(tmp_path / "q", count=2, size=(48, 64), ext=".jpg")  # same names, other folder
+    shutil.copy(tmp_path / "p" / "images" / "img000.jpg", tmp_path / "p" / "images" / "img000.png")
+    run = cli("detect", "a/clip.mp4", "b/clip.mp4", "p/images", "q/images", "--weights", checkpoint,
+              "--save-txt", "--project", "out")
+    run.assert_clean(0)
+    out = tmp_path / "out" / "exp"
+    for drawn in ("a/clip.mp4", "b/clip.mp4", "p/images/img000.jpg", "q/images/img000.jpg"):
+        assert (out / drawn).is_file(), drawn
+    labels = sorted(str(p.relative_to(out / "labels")) for p in (out / "labels").rglob("*.txt"))
+    assert labels == ["a/clip_0.txt", "a/clip_1.txt", "b/clip_0.txt", "b/clip_1.txt",
+                      "p/images/img000.txt", "p/images/img000_png.txt", "p/images/img001.txt",
+                      "q/images/img000.txt", "q/images/img001.txt"]
+    assert (out / "p" / "images" / "img000.png").is_file()  # the .png's own drawing
+
+
+def test_detect_exist_ok_removes_the_previous_runs_outputs(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    make_image_folder(tmp_path / "one", count=3, size=(48, 64), ext=".jpg")
+    make_image_folder(tmp_path / "two", count=1, size=(48, 64), ext=".png")
+    args = ("--weights", checkpoint, "--save-txt", "--project", "out", "--name", "run", "--exist-ok")
+    cli("detect", "one/images", *args).assert_clean(0)
+    run = cli("detect", "two/images", *args)
+    run.assert_clean(0)
+    out = tmp_path / "out" / "run"
+    assert "file(s) of the previous run in" in run.output
+    labels = sorted(p.name for p in (out / "labels").rglob("*.txt"))
+    listed = {Path(r["file_name"]).stem for r in json.loads((out / "predictions.json").read_text())}
+    assert labels == ["img000.txt"] and listed == {"img000"}  # only this run's files
+    assert sorted(p.name for p in out.glob("*.jpg")) + sorted(p.name for p in out.glob("*.png")) == \
+        ["img000.png"]
+
+
+def test_detect_never_draws_over_its_input_images(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    make_image_folder(tmp_path / "set", count=2, size=(48, 64), ext=".jpg")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "set" / "images").iterdir()}
+    run = cli("detect", "set/images", "--weights", checkpoint, "--project", "set", "--name", "images",
+              "--exist-ok")
+    run.assert_clean(1)
+    assert "set/images/img000.jpg is one of the inputs" in run.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "set" / "images").iterdir()} == before
+
+
+def _train(cli, tmp_path, *extra):
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01, max_batches=2)
+    data = make_dataset(tmp_path / "set", 2, 2)
+    return cli("train", "--cfg", cfg, "--data", data, "--device", "cpu", "--workers", "0", "--epochs", "1",
+               "--evaluation-interval", "0", "--checkpoint-interval", "0", *extra)
+
+
+def test_resume_writes_only_into_the_checkpoints_run_or_the_named_one(tmp_path, cli):
+    _train(cli, tmp_path, "--project", "runs").assert_clean(0)
+    downloads = tmp_path / "Downloads"
+    downloads.mkdir()
+    copied = shutil.copy(tmp_path / "runs" / "exp" / "weights" / "last.pt", downloads / "last.pt")
+    (downloads / "config.yaml").write_text("my: own file\n")
+    run = cli("train", "--resume", copied, "--device", "cpu", "--workers", "0")
+    run.assert_clean(1)
+    assert "not inside its run directory" in run.output and "--project/--name" in run.output
+    assert sorted(p.name for p in downloads.iterdir()) == ["config.yaml", "last.pt"]
+    assert (downloads / "config.yaml").read_text() == "my: own file\n"
+    run = cli("train", "--resume", copied, "--device", "cpu", "--workers", "0", "--project", "runs",
+              "--name", "continued", "--epochs", "2")
+    run.assert_clean(0)
+    assert "--resume writes into runs/continued (--project/--name)" in run.output
+    assert (tmp_path / "runs" / "continued" / "weights" / "last.pt").is_file()
+    assert sorted(p.name for p in downloads.iterdir()) == ["config.yaml", "last.pt"]
+    own = tmp_path / "runs" / "exp" / "weights" / "last.pt"
+    run = cli("train", "--resume", own, "--device", "cpu", "--workers", "0", "--epochs", "2")
+    run.assert_clean(0)
+    assert "(the checkpoint's own run directory)" in run.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["continued", "exp"]
+
+
+def test_label_writes_where_the_trainer_reads_on_a_pytorch_yolov3_layout(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    make_image_folder(tmp_path / "src", count=3, size=(48, 64), ext=".jpg")
+    images, labels = tmp_path / "set" / "train_images", tmp_path / "set" / "train_labels"
+    shutil.copytree(tmp_path / "src" / "images", images)
+    labels.mkdir()
+    for name in ("img000", "img001"):  # human labels for two of the three images
+        shutil.copy(tmp_path / "src" / "labels" / f"{name}.txt", labels / f"{name}.txt")
+    human = (labels / "img000.txt").read_text()
+    (tmp_path / "set" / "k.names").write_text("apple\nbanana\n")
+    run = cli("label", "--weights", checkpoint, "--data", images)
+    run.assert_clean(0)
+    assert "1 labelled by the model" in run.output and "2 kept their existing labels" in run.output
+    assert (labels / "img002.txt").is_file() and not list(images.glob("*.txt"))
+    assert (labels / "img000.txt").read_text() == human
+    run = cli("anchors", "--data", images, "-n", "1")  # the scan reads the same files
+    run.assert_clean(0)
+    assert "3 images found, 3 labelled" in run.output and "model-made" in run.output
+
+
+def test_a_link_to_a_parent_folder_never_brings_another_splits_images(tmp_path, cli):
+    make_dataset(tmp_path / "set", 3, 2)
+    (tmp_path / "set" / "data.yaml").write_text("train: images/train\nval: images/val\nnames: [c0]\n")
+    (tmp_path / "set" / "images" / "train" / "up").symlink_to("..")
+    run = cli("anchors", "--data", tmp_path / "set" / "data.yaml", "-n", "1")
+    run.assert_clean(0)
+    assert "scan train: 3 images found" in run.output, run.output
+    assert "a folder that holds" in run.output  # the link is named, not followed
+    (tmp_path / "set" / "images" / "train" / "up").unlink()
+    (tmp_path / "set" / "images" / "train" / "v").symlink_to("../val")  # straight into the val folder
+    run = cli("anchors", "--data", tmp_path / "set" / "data.yaml", "-n", "1")
+    run.assert_clean(0)
+    assert "scan train: 3 images found" in run.output, run.output
+    assert "2 image(s) of the other split's folder" in run.output
