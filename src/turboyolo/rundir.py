@@ -172,6 +172,30 @@ def clear_previous_outputs(run_dir: Path) -> str | None:
     return "; ".join(notes) or None
 
 
+def reuse_note(run_dir: Path) -> str | None:
+    """For a command that rewrites its run directory in place (``train --exist-ok``): a note naming the
+    files an earlier run left there, so the user knows which outputs are not this run's; ``None`` when
+    the directory is empty."""
+    earlier = sorted(str(p.relative_to(run_dir)) for p in Path(run_dir).rglob("*") if p.is_file())
+    if not earlier:
+        return None
+    shown = ", ".join(printable(e) for e in earlier[:5]) + (" ..." if len(earlier) > 5 else "")
+    return (f"--exist-ok: {printable(run_dir)} already holds {len(earlier)} file(s) of an earlier run "
+            f"({shown}); this run replaces those it writes again, the others are the earlier run's")
+
+
+def check_outside(output: Path, folders: Iterable[Path], flag: str) -> None:
+    """Refuse (:class:`OutputError`) an output folder inside (or equal to) a folder the command reads
+    images from: its drawings and pictures would be read as images by the next run."""
+    out = os.path.realpath(output)
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if out == real or out.startswith(real.rstrip(os.sep) + os.sep):
+            raise OutputError(f"{flag} {printable(output)} lies inside the image folder {printable(folder)} "
+                              "this command reads: its outputs (drawn .jpg files) would be read as images "
+                              f"next time; choose a {flag} outside {printable(folder)}")
+
+
 def _remove_empty_parents(folder: Path, stop: Path) -> None:
     while folder != stop and stop in folder.parents:
         try:

@@ -115,7 +115,7 @@ def test_detect_never_draws_over_its_input_images(tmp_path, cli, tiny_model):
     run = cli("detect", "set/images", "--weights", checkpoint, "--project", "set", "--name", "images",
               "--exist-ok")
     run.assert_clean(1)
-    assert "set/images/img000.jpg is one of the inputs" in run.output
+    assert "--project set/images lies inside the image folder set/images" in run.output
     assert {p.name: p.read_bytes() for p in (tmp_path / "set" / "images").iterdir()} == before
 
 

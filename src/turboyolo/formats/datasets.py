@@ -48,6 +48,10 @@ class DataConfig:
     def num_classes(self) -> int | None:
         return None if self.names is None else len(self.names)
 
+    def folders(self) -> list[Path]:
+        """The image folders of both splits (list files and single images left out)."""
+        return [source for source in dict.fromkeys(self.train + self.val) if source.is_dir()]
+
     def split(self, name: str) -> list[Path]:
         """Sources of ``train`` or ``val`` (``valid``, ``test`` accepted as ``val``)."""
         if name == "train":

@@ -29,7 +29,7 @@ from turboyolo.infer.tiling import TileOptions
 from turboyolo.infer.video import VideoSink, is_stream, open_video, read_frames, split_video_sources
 from turboyolo.infer.writer import DetectionWriter, coco_gt_ids
 from turboyolo.options import RunDirArgs, option, require
-from turboyolo.rundir import clear_previous_outputs, removed_if_empty
+from turboyolo.rundir import check_outside, clear_previous_outputs, removed_if_empty
 
 
 @dataclass
@@ -210,6 +210,9 @@ def run_detect(request: DetectRequest) -> DetectReport:
     if videos and output.coco_gt:
         raise ConfigError("--coco-gt takes image ids from a COCO json; it does not apply to videos")
     gt_ids = coco_gt_ids(output.coco_gt) if output.coco_gt else None
+    if request.out_dir is None:  # a run directory inside an input folder would be read as input next time
+        check_outside(Path(request.run_dir.project or "runs/detect") / request.run_dir.name,
+                      [Path(s) for s in image_sources if Path(s).is_dir()], "--project")
     out_dir = request.out_dir or request.run_dir.make("detect")  # only now: the inputs are good
     with removed_if_empty(out_dir, made=request.out_dir is None):
         writer = DetectionWriter(out_dir, names, save_txt=output.save_txt, save_conf=output.save_conf,

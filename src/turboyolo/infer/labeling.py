@@ -24,6 +24,7 @@ from turboyolo.formats.datasets import label_path_for, list_images, load_data_co
 from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.options import RunDirArgs, option, require
+from turboyolo.rundir import check_outside
 
 SPLITS = ("unlabeled", "train", "val")
 
@@ -103,6 +104,19 @@ class ReviewRow:
 def split_images(data: str | Path, split: str) -> list[Path]:
     """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
     key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
+    images = [image for source in split_sources(data, split) for image in list_images(source)]
+    if not images:
+        raise DataError(f"{data}: the {split} split has no images")
+    return images
+
+
+def split_folders(data: str | Path, split: str) -> list[Path]:
+    """The image folders :func:`split_images` walks."""
+    return [source for source in split_sources(data, split) if Path(source).is_dir()]
+
+
+def split_sources(data: str | Path, split: str) -> list[Path]:
+    """The sources (folders, list files, images) of ``split`` (see :func:`split_images`)."""
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
     config = load_data_config(data)
@@ -120,10 +134,7 @@ def split_images(data: str | Path, split: str) -> list[Path]:
             sources = [resolve(str(v), config.root) for v in items]
     else:
         sources = config.split(split)
-    images = [image for source in sources for image in list_images(source)]
-    if not images:
-        raise DataError(f"{data}: the {split} split has no images")
-    return images
+    return sources
 
 
 def run_label(request: LabelRequest) -> LabelReport:
@@ -140,6 +151,9 @@ def run_label(request: LabelRequest) -> LabelReport:
                                half=args.half)
     names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
     classes = class_indices(args.class_filter, names)
+    if request.out_dir is None:  # its contact sheet inside the image folder would become an image
+        check_outside(Path(request.run_dir.project or "runs/label") / request.run_dir.name,
+                      split_folders(request.data, request.label.split), "--project")
     out_dir = request.out_dir or request.run_dir.make("label")
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
     return LabelReport(out_dir, rows)

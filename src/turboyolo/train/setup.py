@@ -28,7 +28,7 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
-from turboyolo.rundir import RESUME_OUTPUT, next_run_dir, resume_run_dir
+from turboyolo.rundir import RESUME_OUTPUT, check_outside, next_run_dir, resume_run_dir, reuse_note
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.checkpoint import restore
@@ -106,9 +106,13 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         spec = apply_overrides(load_cfg(config, say), config, say)
         config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
         output = config.output
+        check_outside(Path(output.project) / output.name, load_data_config(config.data).folders(),
+                      "--project")  # the output rule (rundir.py): a run never lands in its own data
         made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
+        if output.exist_ok and env.is_main and (note := reuse_note(run_dir)):
+            say(f"note: {note}")
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
 
     for note in training_only_notes(spec):
