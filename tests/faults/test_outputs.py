@@ -184,3 +184,30 @@ def test_a_link_to_a_parent_folder_never_brings_another_splits_images(tmp_path, 
     run.assert_clean(0)
     assert "scan train: 3 images found" in run.output, run.output
     assert "2 image(s) of the other split's folder" in run.output
+
+
+def test_prepare_never_writes_its_cache_into_an_image_folder(tmp_path, cli):
+    make_dataset(tmp_path / "set", 2, 1)
+    (tmp_path / "set" / "d.yaml").write_text("train: images/train\nval: images/val\nnames: [c0]\n")
+    before = sorted(p.name for p in (tmp_path / "set" / "images" / "train").iterdir())
+    run = cli("prepare", "--data", tmp_path / "set" / "d.yaml", "--out", tmp_path / "set" / "images",
+              "--img-size", "64")
+    run.assert_clean(1)
+    assert "cache folder" in run.output and "is an image folder of the data set" in run.output
+    assert sorted(p.name for p in (tmp_path / "set" / "images" / "train").iterdir()) == before
+
+
+def test_coco_gt_ids_of_two_images_of_one_name_keep_apart(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    make_image_folder(tmp_path / "train", count=1, size=(48, 64), ext=".jpg")
+    make_image_folder(tmp_path / "val", count=1, size=(48, 64), ext=".jpg")
+    gt = {"images": [{"id": 11, "file_name": "train/images/img000.jpg", "width": 64, "height": 48},
+                     {"id": 22, "file_name": "val/images/img000.jpg", "width": 64, "height": 48}],
+          "annotations": [], "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]}
+    (tmp_path / "gt.json").write_text(json.dumps(gt))
+    run = cli("detect", "train/images", "val/images", "--weights", checkpoint, "--coco-gt", "gt.json",
+              "--project", "out")
+    run.assert_clean(0)
+    ids = {r["file_name"]: r["image_id"] for r in
+           json.loads((tmp_path / "out" / "exp" / "predictions.json").read_text())}
+    assert ids == {"train/images/img000.jpg": 11, "val/images/img000.jpg": 22}

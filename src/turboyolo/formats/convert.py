@@ -16,10 +16,7 @@ safely:
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import posixpath
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.errors import DataError, printable
+from turboyolo.formats.coco import finite_number, read_coco
 from turboyolo.formats.datasets import read_names, walk_files
 from turboyolo.formats.labels import write_names, write_yolo_labels
-from turboyolo.formats.text import read_text
 from turboyolo.rundir import check_outputs, existing_outputs
 
 CONVERT_FORMATS = ("auto", "voc", "coco")
@@ -99,17 +96,6 @@ def boxes_to_yolo(boxes: np.ndarray, class_ids, width: int, height: int) -> np.n
     return out.astype(np.float32)
 
 
-def _finite(value: object, what: str) -> float:
-    """``value`` as a finite float, else ValueError naming ``what``."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} {value!r} is not a number") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{what} is {value!r}, not a finite number")
-    return number
-
-
 def read_voc_xml(path: str | Path) -> ImportedImage:
     """Parse one Pascal VOC annotation file.
 
@@ -125,14 +111,15 @@ def read_voc_xml(path: str | Path) -> ImportedImage:
     filename = (root.findtext("filename") or path.with_suffix(".jpg").name).strip()
     boxes, classes = [], []
     try:
-        width = int(_finite(root.findtext("size/width") or 0, "<size><width>"))
-        height = int(_finite(root.findtext("size/height") or 0, "<size><height>"))
+        width = int(finite_number(root.findtext("size/width") or 0, "<size><width>"))
+        height = int(finite_number(root.findtext("size/height") or 0, "<size><height>"))
         for index, obj in enumerate(root.iter("object")):
             bnd = obj.find("bndbox")
             if bnd is None:
                 raise ValueError(f"object {index} has no <bndbox>")
             box = [
-                _finite(bnd.findtext(k), f"object {index} <{k}>") for k in ("xmin", "ymin", "xmax", "ymax")
+                finite_number(bnd.findtext(k), f"object {index} <{k}>")
+                for k in ("xmin", "ymin", "xmax", "ymax")
             ]
             if box[2] < box[0] or box[3] < box[1]:
                 raise ValueError(f"object {index}: xmax < xmin or ymax < ymin ({box})")
@@ -252,160 +239,26 @@ def _write(plan: Plan, out_dir: Path, report: ConvertReport, overwrite: bool) ->
     return report
 
 
-def _label_rel(file_name: str) -> str | None:
-    """A COCO ``file_name`` as a relative POSIX path (backslashes as folders), or ``None`` when it
-    climbs out with ``..``; absolute names are handled by the caller."""
-    name = posixpath.normpath(file_name.replace("\\", "/"))
-    if name.startswith("../") or name == "..":
-        return None
-    return name
-
-
-def _coco_images(
-    images: object, json_path: Path, report: ConvertReport
-) -> dict[int, tuple[str, float, float]]:
-    """id -> (relative file name, width, height) of every well-formed image entry; malformed ones are
-    skipped and named by index; two entries with one id are refused."""
-    if not isinstance(images, list):
-        raise DataError(f"{json_path}: `images` is not a list; not a COCO detection JSON")
-    out: dict[int, tuple[str, float, float]] = {}
-    first: dict[int, int] = {}
-    absolute = []
-    for index, img in enumerate(images):
-        where = f"{json_path}: images[{index}]"
-        try:
-            if not isinstance(img, dict):
-                raise ValueError("not an object")
-            image_id = img.get("id")
-            if isinstance(image_id, bool) or not isinstance(image_id, int | str) or str(image_id) == "":
-                raise ValueError(f"id {image_id!r} is not an id")
-            file_name = img.get("file_name")
-            if not isinstance(file_name, str) or not file_name.strip():
-                raise ValueError("no file_name")
-            width, height = _finite(img.get("width"), "width"), _finite(img.get("height"), "height")
-            if width <= 0 or height <= 0:
-                raise ValueError(f"width x height {width:g} x {height:g} is not a positive size")
-        except ValueError as err:
-            report.skipped.append((where, str(err)))
-            continue
-        if image_id in out:
-            raise DataError(
-                f"{json_path}: images[{first[image_id]}] ({out[image_id][0]}) and images[{index}] "
-                f"({file_name}) share the id {image_id!r}: their annotations cannot be told "
-                "apart; give each image its own id"
-            )
-        first[image_id] = index
-        out[image_id] = (file_name.strip(), width, height)
-        if posixpath.isabs(file_name.replace("\\", "/")) or ":" in file_name[:3]:
-            absolute.append(image_id)
-    _relative_file_names(out, absolute)
-    return out
-
-
-def _relative_file_names(images: dict[int, tuple[str, float, float]], absolute: list[int]) -> None:
-    """Absolute file names (a tool's full paths) become relative to the folder they share."""
-    if not absolute:
-        return
-    paths = {i: images[i][0].replace("\\", "/") for i in absolute}
-    base = posixpath.commonpath([posixpath.dirname(p) for p in paths.values()])
-    for i, path in paths.items():
-        images[i] = (posixpath.relpath(path, base), *images[i][1:])
-
-
-def _coco_box(ann: object, images: Mapping, cat_index: Mapping) -> tuple[int, int, list[float]] | str:
-    """(image id, class index, x1 y1 x2 y2) of one annotation, or why it is skipped."""
-    if not isinstance(ann, dict):
-        return "not an object"
-    if ann.get("iscrowd"):
-        return "iscrowd"
-    if ann.get("image_id") not in images:
-        return f"image_id {ann.get('image_id')!r} is not among the images"
-    if ann.get("category_id") not in cat_index:
-        return f"category_id {ann.get('category_id')!r} is not among the categories"
-    bbox = ann.get("bbox")
-    if not isinstance(bbox, list) or len(bbox) != 4:
-        return f"bbox {bbox!r} is not [x, y, width, height]"
-    try:
-        x, y, w, h = (_finite(v, "bbox value") for v in bbox)
-    except ValueError as err:
-        return str(err)
-    if w <= 0 or h <= 0:
-        return "bbox with zero size"
-    return ann["image_id"], cat_index[ann["category_id"]], [x, y, x + w, y + h]
-
-
-def _coco_categories(data: dict, json_path: Path) -> list[dict]:
-    categories = data.get("categories")
-    if not isinstance(categories, list) or not all(isinstance(c, dict) and "id" in c for c in categories):
-        raise DataError(
-            f"{json_path}: `categories` must be a list of {{id, name}}; not a COCO detection JSON"
-        )
-    seen: dict[object, int] = {}
-    for index, category in enumerate(categories):
-        if category["id"] in seen:
-            raise DataError(
-                f"{json_path}: categories[{seen[category['id']]}] and categories[{index}] share the "
-                f"id {category['id']!r}; give each class its own id"
-            )
-        seen[category["id"]] = index
-    return sorted(
-        categories, key=lambda c: str(c["id"]) if not isinstance(c["id"], int) else f"{c['id']:020d}"
-    )
-
-
 def convert_coco(json_path: str | Path, out_dir: str | Path, *, overwrite: bool = False) -> ConvertReport:
     """Convert a COCO detection JSON to YOLO ``.txt`` files (one per image, empty for no boxes), each at
-    its image's relative ``file_name`` path below ``out_dir``.
+    its image's relative ``file_name`` path below ``out_dir`` (:func:`turboyolo.formats.coco.read_coco`).
 
     Category ids are remapped to 0..K-1 in ascending id order; ``classes.names`` lists them.
     Crowd annotations, boxes with zero size and malformed entries are skipped and reported by index.
     """
-    json_path, out_dir = Path(json_path), Path(out_dir)
-    try:
-        data = json.loads(read_text(json_path))
-    except (OSError, ValueError) as err:
-        raise DataError(
-            f"{json_path}: not a COCO detection JSON ({err!r}); it needs images, categories and annotations"
-        ) from None
-    if not isinstance(data, dict) or "images" not in data:
-        raise DataError(
-            f"{json_path}: not a COCO detection JSON (no `images`); it needs images, categories "
-            "and annotations"
-        )
-    categories = _coco_categories(data, json_path)
-    report = ConvertReport(names=[str(c.get("name", c["id"])) for c in categories])
-    cat_index = {c["id"]: i for i, c in enumerate(categories)}
-    images = _coco_images(data["images"], json_path, report)
-    per_image: dict[object, list[tuple[int, list[float]]]] = {i: [] for i in images}
-    annotations = data.get("annotations") or []
-    for index, ann in enumerate(annotations if isinstance(annotations, list) else []):
-        box = _coco_box(ann, images, cat_index)
-        if isinstance(box, str):
-            named = f" (id {ann.get('id')})" if isinstance(ann, dict) and "id" in ann else ""
-            report.skipped.append((f"{json_path}: annotations[{index}]{named}", box))
-        else:
-            per_image[box[0]].append((box[1], box[2]))
+    out_dir = Path(out_dir)
+    coco = read_coco(json_path)
+    report = ConvertReport(names=coco.names, skipped=coco.skipped)
     plan: Plan = {}
-    for image_id, (file_name, width, height) in images.items():
-        rel = _label_rel(file_name)
-        if rel is None:
-            report.skipped.append(
-                (
-                    f"{json_path}: image {image_id!r} ({file_name})",
-                    "file_name climbs out of the image folder ('..'); its labels cannot be placed",
-                )
-            )
-            continue
-        items = per_image[image_id]
-        given = np.asarray([b for _, b in items], np.float64).reshape(-1, 4)
-        boxes, clipped, outside = clip_boxes(given, width, height)
+    for image in coco.images:
+        boxes, clipped, outside = clip_boxes(image.boxes, image.width, image.height)
         report.clipped, report.outside = report.clipped + clipped, report.outside + outside
-        ids = np.asarray([c for c, _ in items], np.float64)[_inside_mask(given, width, height)]
+        ids = image.classes[_inside_mask(image.boxes, image.width, image.height)]
         _add(
             plan,
-            out_dir / Path(rel).with_suffix(".txt"),
-            boxes_to_yolo(boxes, ids, width, height),
-            f"{file_name} (id {image_id!r})",
+            out_dir / Path(image.rel).with_suffix(".txt"),
+            boxes_to_yolo(boxes, ids, image.width, image.height),
+            f"{image.file_name} (id {image.id!r})",
         )
     return _write(plan, out_dir, report, overwrite)
 
