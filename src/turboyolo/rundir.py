@@ -176,7 +176,8 @@ def reuse_note(run_dir: Path) -> str | None:
     """For a command that rewrites its run directory in place (``train --exist-ok``): a note naming the
     files an earlier run left there, so the user knows which outputs are not this run's; ``None`` when
     the directory is empty."""
-    earlier = sorted(str(p.relative_to(run_dir)) for p in Path(run_dir).rglob("*") if p.is_file())
+    earlier = sorted(str(p.relative_to(run_dir)) for p in Path(run_dir).rglob("*")
+                     if p.is_file() and not p.name.startswith("."))
     if not earlier:
         return None
     shown = ", ".join(printable(e) for e in earlier[:5]) + (" ..." if len(earlier) > 5 else "")
@@ -221,6 +222,13 @@ def removed_if_empty(run_dir: Path, made: bool = True) -> Iterator[Path]:
 
 
 RUN_FILES = ("config.yaml", "model.cfg")  # what makes a folder a training run directory
+
+
+def run_outputs(run_dir: Path) -> dict[str, Path]:
+    """The files a training run writes at fixed names in its run directory (for :func:`check_outputs`:
+    none of them may be one of the run's inputs, such as ``--weights <this run>/weights/last.pt``)."""
+    names = (*RUN_FILES, "weights/last.pt", "weights/best.pt", "weights/last.weights", "weights/best.weights")
+    return {f"the run's {name}": Path(run_dir) / name for name in names}
 
 
 def training_run_of(checkpoint: str | Path) -> Path | None:

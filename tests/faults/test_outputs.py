@@ -211,3 +211,31 @@ def test_coco_gt_ids_of_two_images_of_one_name_keep_apart(tmp_path, cli, tiny_mo
     ids = {r["file_name"]: r["image_id"] for r in
            json.loads((tmp_path / "out" / "exp" / "predictions.json").read_text())}
     assert ids == {"train/images/img000.jpg": 11, "val/images/img000.jpg": 22}
+
+
+def test_train_exist_ok_never_writes_over_its_own_input_weights(tmp_path, cli):
+    _train(cli, tmp_path, "--project", "runs").assert_clean(0)
+    last = tmp_path / "runs" / "exp" / "weights" / "last.pt"
+    before = last.read_bytes()
+    run = _train(cli, tmp_path, "--project", "runs", "--name", "exp", "--exist-ok", "--weights", last)
+    run.assert_clean(1)
+    assert "the run's weights/last.pt runs/exp/weights/last.pt is the same file as the input --weights" in \
+        run.output
+    assert last.read_bytes() == before
+
+
+def test_a_run_directory_inside_the_image_folder_is_refused(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    make_image_folder(tmp_path / "set", count=2, size=(48, 64), ext=".jpg")
+    run = cli("detect", "set", "--weights", checkpoint, "--project", "set/runs")
+    run.assert_clean(1)
+    assert "--project set/runs/exp lies inside the image folder set this command reads" in run.output
+    assert not (tmp_path / "set" / "runs").exists()
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01, max_batches=2)
+    make_dataset(tmp_path / "ds", 2, 2)
+    (tmp_path / "ds" / "data.yaml").write_text("train: images/train\nval: images/val\nnames: [c0]\n")
+    run = cli("train", "--cfg", cfg, "--data", tmp_path / "ds" / "data.yaml", "--device", "cpu",
+              "--project", "ds/images/train/runs")
+    run.assert_clean(1)
+    assert "--project ds/images/train/runs/exp lies inside the image folder" in run.output
+    assert not (tmp_path / "ds" / "images" / "train" / "runs").exists()

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from turboyolo.errors import DataError, printable
+from turboyolo.errors import DataError, OutputError, printable
 from turboyolo.formats.coco import finite_number, read_coco
 from turboyolo.formats.datasets import read_names, walk_files
 from turboyolo.formats.labels import write_names, write_yolo_labels
-from turboyolo.rundir import check_outputs, existing_outputs
+from turboyolo.rundir import check_outputs, existing_outputs, same_file
 
 CONVERT_FORMATS = ("auto", "voc", "coco")
 NAMES_FILE = "classes.names"
@@ -219,14 +219,18 @@ def _write(plan: Plan, out_dir: Path, report: ConvertReport, overwrite: bool) ->
     label files already in ``out_dir`` that this conversion did not write (left as they are)."""
     names_path = out_dir / NAMES_FILE
     existing_outputs([*plan, names_path], overwrite, f"--out {printable(out_dir)}")
-    for dest, (rows, _) in plan.items():
-        if not np.isfinite(rows).all():  # unreachable by construction; never write a NaN
-            raise DataError(f"{dest}: a computed coordinate is not finite; please report this file")
-        write_yolo_labels(dest, rows)
-        report.written += 1
-        report.boxes += len(rows)
-    if plan:  # nothing converted: no names file either
-        write_names(names_path, report.names)
+    try:
+        for dest, (rows, _) in plan.items():
+            if not np.isfinite(rows).all():  # unreachable by construction; never write a NaN
+                raise DataError(f"{dest}: a computed coordinate is not finite; please report this file")
+            write_yolo_labels(dest, rows)
+            report.written += 1
+            report.boxes += len(rows)
+        if plan:  # nothing converted: no names file either
+            write_names(names_path, report.names)
+    except OSError as err:
+        raise OutputError(f"--out {printable(out_dir)}: cannot write {printable(err.filename or out_dir)} "
+                          f"({err.strerror or err}); choose a writable folder") from None
     others = (
         [p for p in walk_files(out_dir) if p.suffix == ".txt" and p not in plan] if out_dir.is_dir() else []
     )
@@ -291,6 +295,10 @@ def convert_labels(
         raise DataError(f"--format {format!r}: use one of {', '.join(CONVERT_FORMATS)}")
     if not source.exists():
         raise DataError(f"{source}: not found; pass a COCO .json, a VOC .xml or a folder of them")
+    if same_file(out_dir, source) or Path(out_dir).is_file():
+        what = "the input" if same_file(out_dir, source) else "a file"
+        raise OutputError(f"--out {printable(out_dir)} is {what}, not a folder; name the folder for the "
+                          "label files")
     check_outputs(
         {f"--out {out_dir}: {NAMES_FILE}": Path(out_dir) / NAMES_FILE},
         {"--names": names_file, "source": source},

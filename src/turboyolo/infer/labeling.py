@@ -24,7 +24,7 @@ from turboyolo.formats.datasets import label_path_for, list_images, load_data_co
 from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.options import RunDirArgs, option, require
-from turboyolo.rundir import check_outside
+from turboyolo.rundir import check_outside, clear_previous_outputs, record_outputs
 
 SPLITS = ("unlabeled", "train", "val")
 
@@ -155,7 +155,10 @@ def run_label(request: LabelRequest) -> LabelReport:
         check_outside(Path(request.run_dir.project or "runs/label") / request.run_dir.name,
                       split_folders(request.data, request.label.split), "--project")
     out_dir = request.out_dir or request.run_dir.make("label")
+    clear_previous_outputs(out_dir)  # --exist-ok: the last review list goes, never mixed with this one
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
+    written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg")
+    record_outputs(out_dir, [path for path in written if path.exists()])
     return LabelReport(out_dir, rows)
 
 

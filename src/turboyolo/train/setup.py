@@ -28,7 +28,15 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
-from turboyolo.rundir import RESUME_OUTPUT, check_outside, next_run_dir, resume_run_dir, reuse_note
+from turboyolo.rundir import (
+    RESUME_OUTPUT,
+    check_outputs,
+    check_outside,
+    next_run_dir,
+    resume_run_dir,
+    reuse_note,
+    run_outputs,
+)
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.checkpoint import restore
@@ -111,6 +119,9 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
+        inputs = {"--weights": config.weights, "--cfg": config.cfg, "--data": config.data,
+                  "--hyp": config.hyp}
+        check_outputs(run_outputs(run_dir), inputs, overwrite=True)  # --exist-ok never writes over them
         if output.exist_ok and env.is_main and (note := reuse_note(run_dir)):
             say(f"note: {note}")
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
