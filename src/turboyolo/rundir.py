@@ -139,15 +139,16 @@ def record_outputs(run_dir: Path, paths: Iterable[Path]) -> None:
     (run_dir / MANIFEST).write_text(json.dumps(rel, indent=0), encoding="utf-8", errors="surrogateescape")
 
 
-def clear_previous_outputs(run_dir: Path) -> str | None:
+def clear_previous_outputs(run_dir: Path, keep: Iterable[Path] = ()) -> str | None:
     """Before a command writes into a reused run directory: remove the files the previous run listed in
     its manifest (only those, only inside ``run_dir``), then the folders they leave empty.
 
     Returns a note for the user: what was removed, and any other files the directory still holds
     (named, never deleted: they are not known to be a previous run's outputs); ``None`` when the
-    directory was empty.
+    directory was empty. ``keep``: this run's inputs (a previous run's drawing given as an input stays).
     """
     run_dir = Path(run_dir)
+    kept = {os.path.realpath(p) for p in keep}
     removed = 0
     try:
         listed = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8", errors="surrogateescape"))
@@ -156,8 +157,9 @@ def clear_previous_outputs(run_dir: Path) -> str | None:
     root = os.path.realpath(run_dir)
     for rel in listed if isinstance(listed, list) else []:
         path = run_dir / str(rel)
-        if os.path.commonpath([root, os.path.realpath(path)]) != root or not path.is_file():
-            continue  # a manifest never removes anything outside the run directory
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) != root or not path.is_file() or real in kept:
+            continue  # a manifest never removes anything outside the run directory, nor an input
         path.unlink()
         removed += 1
         _remove_empty_parents(path.parent, run_dir)

@@ -95,7 +95,9 @@ def read_coco(json_path: str | Path) -> CocoDetections:
     images = _coco_images(data["images"], json_path, skipped)
     per_image: dict[object, list[tuple[int, list[float]]]] = {i: [] for i in images}
     annotations = data.get("annotations") or []
-    for index, ann in enumerate(annotations if isinstance(annotations, list) else []):
+    if not isinstance(annotations, list):
+        raise DataError(f"{json_path}: `annotations` is not a list; not a COCO detection JSON")
+    for index, ann in enumerate(annotations):
         box = _coco_box(ann, images, cat_index)
         if isinstance(box, str):
             named = f" (id {ann.get('id')})" if isinstance(ann, dict) and "id" in ann else ""
