@@ -219,7 +219,8 @@ def run_detect(request: DetectRequest) -> DetectReport:
                                  draw=output.draw, coco_ids=output.coco_ids, gt_ids=gt_ids,
                                  coco_gt=output.coco_gt, inputs=images)
         writer.plan(items)  # every image's output names, refused before anything is written
-        previous = clear_previous_outputs(out_dir, keep=images + [Path(v) for v in videos])  # --exist-ok: the last run's files go
+        # --exist-ok: the last run's files go (never one of this run's inputs)
+        previous = clear_previous_outputs(out_dir, keep=images + [Path(v) for v in videos])
     report = DetectReport(out_dir, notes=notes + ([previous] if previous else []))
     _detect_images(items, predictor, request, wanted, writer, report)
     for source in videos:
