@@ -221,11 +221,11 @@ def run_detect(request: DetectRequest) -> DetectReport:
         writer.plan(items)  # every image's output names, refused before anything is written
         # --exist-ok: the last run's files go (never one of this run's inputs)
         previous = clear_previous_outputs(out_dir, keep=images + [Path(v) for v in videos])
-    report = DetectReport(out_dir, notes=notes + ([previous] if previous else []))
-    _detect_images(items, predictor, request, wanted, writer, report)
-    for source in videos:
-        _detect_video(source, video_rel[source], predictor, request, wanted, writer, report)
-    writer.close(report.skipped)
+        report = DetectReport(out_dir, notes=notes + ([previous] if previous else []))
+        _detect_images(items, predictor, request, wanted, writer, report)
+        for source in videos:
+            _detect_video(source, video_rel[source], predictor, request, wanted, writer, report)
+        writer.close(report.skipped)
     return report
 
 
