@@ -239,3 +239,21 @@ def test_a_run_directory_inside_the_image_folder_is_refused(tmp_path, cli, tiny_
     run.assert_clean(1)
     assert "--project ds/images/train/runs/exp lies inside the image folder" in run.output
     assert not (tmp_path / "ds" / "images" / "train" / "runs").exists()
+
+
+def test_label_never_writes_one_label_file_for_two_images(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    make_image_folder(tmp_path / "src", count=2, size=(48, 64), ext=".jpg")
+    folder = tmp_path / "set"
+    folder.mkdir()
+    shutil.copy(tmp_path / "src" / "images" / "img000.jpg", folder / "x.jpg")
+    shutil.copy(tmp_path / "src" / "images" / "img001.jpg", folder / "x.png")  # another picture, one stem
+    run = cli("label", "--weights", checkpoint, "--data", folder)
+    run.assert_clean(0)
+    assert "1 labelled by the model" in run.output
+    assert "1 not labelled: another image has the same label file" in run.output
+    review = (tmp_path / "runs" / "label" / "exp" / "review.csv").read_text()
+    assert "x.png" in review and "x.jpg has the same label file; rename one image" in review
+    run = cli("anchors", "--data", folder, "-n", "1")  # the scan names the shared file
+    run.assert_clean(0)
+    assert "x.png: reads the same label file" in run.output and "as x.jpg" in run.output

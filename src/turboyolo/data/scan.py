@@ -328,11 +328,16 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
                         source=source, warnings=list(notes))
     seen: set[str] = set()
+    label_owner: dict[str, Path] = {}
     for image in images:
         if str(image) in seen:
             result.excluded.append((str(image), "listed twice (second entry ignored)"))
             continue
         seen.add(str(image))
+        owner = label_owner.setdefault(str(entries[str(image)].key[2]), image)
+        if owner != image:  # a.jpg and a.png: one label file read for two images
+            result.warnings.append(f"{image}: reads the same label file {entries[str(image)].key[2]} as "
+                                   f"{owner.name}; rename one image unless they are one picture")
         entry = entries[str(image)]
         if entry.warning:
             result.warnings.append(entry.warning)

@@ -111,7 +111,8 @@ def read_coco(json_path: str | Path) -> CocoDetections:
             skipped.append(
                 (
                     f"{json_path}: image {image_id!r} ({file_name})",
-                    "file_name climbs out of the image folder ('..'); its labels cannot be placed",
+                    "file_name climbs out of the image folder ('..') or names no file; its labels cannot "
+                    "be placed",
                 )
             )
             continue
@@ -132,9 +133,9 @@ def read_coco(json_path: str | Path) -> CocoDetections:
 
 def _label_rel(file_name: str) -> str | None:
     """A COCO ``file_name`` as a relative POSIX path (backslashes as folders), or ``None`` when it
-    climbs out with ``..``; absolute names are handled by the caller."""
+    climbs out with ``..`` or names no file (``.``); absolute names are handled by the caller."""
     name = posixpath.normpath(file_name.replace("\\", "/"))
-    if name.startswith("../") or name == "..":
+    if name.startswith("../") or name in ("..", ".") or not posixpath.basename(name).strip("."):
         return None
     return name
 

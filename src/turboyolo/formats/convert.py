@@ -201,9 +201,8 @@ def convert_voc(
         report.clipped, report.outside = report.clipped + clipped, report.outside + outside
         rows = boxes_to_yolo(boxes, np.asarray(ids, np.float64)[inside], item.width, item.height)
         rel = xml_file.parent.relative_to(base) if xml_file.is_relative_to(base) else Path()
-        _add(
-            plan, out_dir / rel / (Path(item.filename.replace("\\", "/")).stem + ".txt"), rows, str(xml_file)
-        )
+        stem = Path(item.filename.replace("\\", "/")).stem.strip() or xml_file.stem
+        _add(plan, out_dir / rel / f"{stem}.txt", rows, str(xml_file))
     return _write(plan, out_dir, report, overwrite)
 
 

@@ -27,6 +27,7 @@ from turboyolo.options import RunDirArgs, option, require
 from turboyolo.rundir import check_outside, clear_previous_outputs, record_outputs
 
 SPLITS = ("unlabeled", "train", "val")
+SHARED = "not labelled"  # review status of an image whose label file another image of the split has
 
 
 @dataclass
@@ -76,11 +77,14 @@ class LabelReport:
         """Two lines: the counts (labelled, with no box, kept, unreadable) and where the review is."""
         written = [r for r in self.rows if r.status == "written"]
         kept = sum(r.status == "kept" for r in self.rows)
+        shared = sum(r.status.startswith(SHARED) for r in self.rows)
         boxes = sum(len(r.scores) for r in written)
         return (
             f"{len(self.rows)} images: {len(written)} labelled by the model ({boxes} boxes, "
             f"{sum(len(r.scores) == 0 for r in written)} with none), {kept} kept their existing labels, "
-            f"{len(self.rows) - len(written) - kept} unreadable\n"
+            f"{len(self.rows) - len(written) - kept - shared} unreadable"
+            + (f", {shared} not labelled: another image has the same label file (see review.csv)"
+               if shared else "") + "\n"
             f"review (lowest confidence first): {self.out_dir}/review.csv, contact_sheet.jpg"
         )
 
@@ -168,9 +172,14 @@ def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, labe
     row per image, lowest confidence first, and writes the review list into ``out_dir``."""
     rows: list[ReviewRow] = []
     todo = []
+    owners: dict[Path, Path] = {}  # label file -> the image that has it (a.jpg and a.png share a.txt)
     for image in images:
         path = label_path_for(image)
-        if path.exists() and not label.overwrite:
+        owner = owners.setdefault(path, image)
+        if owner != image:
+            rows.append(ReviewRow(image, path, f"{SHARED}: {printable(owner.name)} has the same label file; "
+                                  "rename one image"))
+        elif path.exists() and not label.overwrite:
             rows.append(ReviewRow(image, path, "kept"))
         else:
             todo.append((image, path))
