@@ -87,9 +87,23 @@ def check_outputs(outputs: Mapping[str, str | Path | None], inputs: Mapping[str,
                         f"output path")
         if out.is_dir():
             raise OutputError(f"{out_flag} {printable(out)} is a folder; name the file to write")
+        _check_writable(out_flag, out)
         if out.exists() and not overwrite:
             raise OutputError(f"{out_flag} {printable(out)} exists; pass {overwrite_flag} to replace it, "
                               "or choose another output path")
+
+
+def _check_writable(flag: str, out: Path) -> None:
+    """Refuse an output whose nearest existing folder is a file or cannot be written, before any work."""
+    folder = Path(os.path.abspath(out)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"{flag} {printable(out)}: {printable(folder)} is a file, not a folder; choose "
+                          "another output path")
+    if not os.access(folder, os.W_OK):
+        raise OutputError(f"{flag} {printable(out)}: the folder {printable(folder)} cannot be written "
+                          "(read-only or no permission); choose a writable folder")
 
 
 def existing_outputs(paths: Iterable[Path], overwrite: bool, what: str, flag: str = "--overwrite") -> None:

@@ -257,3 +257,13 @@ def test_label_never_writes_one_label_file_for_two_images(tmp_path, cli, tiny_mo
     run = cli("anchors", "--data", folder, "-n", "1")  # the scan names the shared file
     run.assert_clean(0)
     assert "x.png: reads the same label file" in run.output and "as x.jpg" in run.output
+
+
+def test_an_output_under_a_regular_file_is_named_before_any_work(tmp_path, cli, tiny_model):
+    _, _, _, checkpoint = tiny_model
+    (tmp_path / "afile").write_text("not a folder")
+    for args in (("cfg", "yolov3-tiny", "-n", "2", "-o", "afile/x.cfg"),
+                 ("export", "--weights", checkpoint, "-o", "afile/x.onnx", "--no-check")):
+        run = cli(*args)
+        run.assert_clean(1)
+        assert "afile is a file, not a folder; choose another output path" in run.output, args
