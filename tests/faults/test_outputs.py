@@ -184,6 +184,12 @@ def test_a_link_to_a_parent_folder_never_brings_another_splits_images(tmp_path, 
     run.assert_clean(0)
     assert "scan train: 3 images found" in run.output, run.output
     assert "2 image(s) of the other split's folder" in run.output
+    (tmp_path / "set" / "images" / "train" / "v").unlink()
+    (tmp_path / "set" / "images" / "train" / "v0.png").symlink_to("../val/val0.png")  # one file link
+    run = cli("anchors", "--data", tmp_path / "set" / "data.yaml", "-n", "1")
+    run.assert_clean(0)
+    assert "scan train: 3 images found" in run.output
+    assert "1 image(s) of the other split's folder" in run.output
 
 
 def test_prepare_never_writes_its_cache_into_an_image_folder(tmp_path, cli):

@@ -355,8 +355,9 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
 
 
 def _own_split_only(images: list[Path], config, split: str, notes: list[str]) -> list[Path]:
-    """``images`` less those a folder link brought in from another split's folder (``images/train/v ->
-    ../val``): evaluating on training images, or training on validation ones, is never what a link meant.
+    """``images`` less those a link brought in from another split's folder (``images/train/v -> ../val``, or
+    a file link to one of its images): evaluating on training images, or training on validation ones, is
+    never what a link meant.
     Folders shared by both splits (an image folder data set) are left alone; one warning per folder."""
     def real_folders(name: str) -> list[str]:
         return [os.path.realpath(s) + os.sep for s in config.split(name) if Path(s).is_dir()]
@@ -370,6 +371,8 @@ def _own_split_only(images: list[Path], config, split: str, notes: list[str]) ->
     kept, dropped = [], {}
     for image in images:
         real = parents.setdefault(image.parent, os.path.realpath(image.parent) + os.sep)
+        if os.path.islink(image):  # a file link into the other split's folder counts as well
+            real = os.path.realpath(image)
         other = next((o for o in others if real.startswith(o)), None)
         if other is None or any(real.startswith(m) for m in mine):
             kept.append(image)
@@ -377,7 +380,7 @@ def _own_split_only(images: list[Path], config, split: str, notes: list[str]) ->
             dropped.setdefault(other, []).append(image)
     for other, lost in dropped.items():
         notes.append(f"{lost[0]}: {len(lost)} image(s) of the other split's folder {other.rstrip(os.sep)}, "
-                     f"reached through a folder link; not listed in {split}")
+                     f"reached through a link; not listed in {split}")
     return kept
 
 
