@@ -16,11 +16,20 @@ sample indices, epoch and output size every batch has, and whether mosaic and mi
 (``--close-mosaic`` turns them off for the last epochs: the sampler's key carries it, so persistent
 workers need no message); each sample's augmentation rng is ``sample_rng(seed, epoch, index)``. So
 batches do not depend on the number of workers, and all ranks agree on the size sequence.
+
+Decodes: a training key carries its partner pool (the samples of its run of batches, see
+:mod:`turboyolo.data.sampler`); mosaic and mixup partners come from that pool, and a worker makes a
+whole run at once, holding each decoded image of the pool until the run is done. So without a cache
+each original is decoded at most once per epoch (mosaic on or off; more only where ``image_weights``
+draws it more than once, or a broken sample's replacement lies outside the pool), and with a prepared
+cache (``--cache ram/disk``, decoded once when it is built) not at all. Every decode is counted:
+``DetectionLoader.decoded`` / ``epoch_decoded`` (sample index -> decodes, from every worker).
 """
 
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +49,7 @@ from turboyolo.data.augment import (
     sample_rng,
 )
 from turboyolo.data.decode import decode_image
-from turboyolo.data.sampler import MultiScaleBatchSampler, TailSampler
+from turboyolo.data.sampler import BatchGroup, BatchGroups, MultiScaleBatchSampler, TailSampler, pool_choice
 from turboyolo.data.scan import Sample
 from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
@@ -59,6 +68,8 @@ class ImageMeta:
         pad: (pad_x, pad_y) letterbox offsets in network px; ``orig = (net - pad) / ratio``.
         matrix: 2x3 original px -> network px (equals ratio/pad for validation; includes augmentation).
         failures: (path, reason) of every broken sample this slot replaced (mosaics load 4 images).
+        decoded: sample indices whose original was decoded while making this slot's batch (set on one
+            slot per batch by :meth:`DetectionDataset.__getitems__`).
     """
 
     path: Path
@@ -67,6 +78,7 @@ class ImageMeta:
     pad: tuple[float, float]
     matrix: np.ndarray | None = None
     failures: tuple[tuple[str, str], ...] = ()
+    decoded: tuple[int, ...] = ()
 
     @property
     def replaced(self) -> tuple[str, str] | None:
@@ -83,10 +95,11 @@ class MetaBatch(Sequence):
 
     def __init__(self, paths: list[str], orig_hw: np.ndarray, ratio: np.ndarray, pad: np.ndarray,
                  matrix: np.ndarray, failures: dict[int, tuple[tuple[str, str], ...]],
-                 dropped: tuple[tuple[str, str], ...] = ()):
+                 dropped: tuple[tuple[str, str], ...] = (), decoded: tuple[int, ...] = ()):
         self.paths, self.orig_hw, self.ratio, self.pad = paths, orig_hw, ratio, pad
         self.matrix, self.failures = matrix, failures
         self.dropped = dropped  # (path, reason) of samples left out of this batch (evaluation loaders)
+        self.decoded = decoded  # sample indices whose original was decoded to make this batch
 
     @classmethod
     def from_metas(cls, metas: Sequence[ImageMeta], dropped: tuple[tuple[str, str], ...] = ()) -> MetaBatch:
@@ -95,7 +108,8 @@ class MetaBatch(Sequence):
                    np.array([m.ratio for m in metas], np.float64),
                    np.array([m.pad for m in metas], np.float64).reshape(-1, 2),
                    np.array([m.matrix for m in metas], np.float64).reshape(-1, 2, 3),
-                   {i: m.failures for i, m in enumerate(metas) if m.failures}, dropped)
+                   {i: m.failures for i, m in enumerate(metas) if m.failures}, dropped,
+                   tuple(i for m in metas for i in m.decoded))
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -118,7 +132,7 @@ class MetaBatch(Sequence):
 
     def __reduce__(self):
         return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.failures,
-                            self.dropped))
+                            self.dropped, self.decoded))
 
 
 @dataclass(frozen=True)
@@ -131,14 +145,19 @@ class DroppedSample:
 
 
 class DetectionDataset(torch.utils.data.Dataset):
-    """Map-style dataset keyed by ``(index, epoch, size[, mix])`` (what the batch sampler yields).
+    """Map-style dataset keyed by ``(index, epoch, size[, mix[, pool]])`` (what the batch sampler yields).
 
     ``size`` is the square side, or (width, height) for a rectangular validation batch; ``mix``
-    (default True) allows mosaic and mixup for this sample.
+    (default True) allows mosaic and mixup for this sample; ``pool`` (a tuple of sample indices; default:
+    all samples) is where its mosaic and mixup partners are drawn from.
 
     Never returns None. A sample that fails to load is replaced by another one chosen from
     (seed, epoch, index, attempt), and the slot's meta records the failure; with ``drop_broken`` (an
     evaluation set, where a substitute would be counted twice) it becomes a :class:`DroppedSample`.
+
+    ``__getitems__`` of a :class:`~turboyolo.data.sampler.BatchGroup` makes its batches holding every
+    image it decoded until the group is done, so an image (a sample or a partner) is decoded once per
+    group. :attr:`decodes` counts this process's decodes (sample index -> count).
     """
 
     def __init__(self, samples: Sequence[Sample], augment: AugmentParams | None, decode_size: int,
@@ -149,15 +168,44 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.seed = seed
         self.cache = cache
         self.drop_broken = drop_broken
+        self.decodes: Counter[int] = Counter()  # in this process (a worker counts its own)
+        self._held: dict[int, tuple[np.ndarray, tuple[int, int]]] | None = None  # during a group
+        self._decoded_now: list[int] = []  # decodes since the last batch was handed out
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def load(self, index: int) -> tuple[np.ndarray, tuple[int, int]]:
-        """Decoded image (longer side ``decode_size``) and original (h, w) of sample ``index``."""
+        """Decoded image (longer side ``decode_size``) and original (h, w) of sample ``index``: from the
+        cache, from the images the current group already decoded, or decoded now (and counted)."""
         if self.cache is not None:
             return self.cache.get(index)
-        return decode_image(self.samples[index].image, self.decode_size)
+        if self._held is not None and index in self._held:
+            return self._held[index]
+        loaded = decode_image(self.samples[index].image, self.decode_size)
+        self.decodes[index] += 1
+        if self._held is not None:
+            self._held[index] = loaded
+            self._decoded_now.append(index)
+        return loaded
+
+    def __getitems__(self, keys):
+        """A :class:`BatchGroup`: its batches as lists of items, each image decoded at most once (the
+        first batch's meta lists what was decoded for the batch). Else: the items of ``keys``."""
+        if not isinstance(keys, BatchGroup):
+            return [self[key] for key in keys]
+        self._held, self._decoded_now = {}, []
+        try:
+            out = []
+            for batch in keys:
+                items = [self[key] for key in batch]
+                kept = [item for item in items if not isinstance(item, DroppedSample)]
+                if kept:
+                    kept[0][2].decoded, self._decoded_now = tuple(self._decoded_now), []
+                out.append(items)
+            return out
+        finally:
+            self._held = None
 
     def _load_robust(self, index: int, epoch: int, failures: list[tuple[str, str]]
                      ) -> tuple[np.ndarray, tuple[int, int], int]:
@@ -177,6 +225,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: tuple):
         index, epoch, size, *rest = key
         mix = rest[0] if rest else True
+        pool = rest[1] if len(rest) > 1 else None
         failures: list[tuple[str, str]] = []
         if self.drop_broken:
             try:
@@ -186,14 +235,15 @@ class DetectionDataset(torch.utils.data.Dataset):
             loaded = (image, orig_hw, index)
         else:
             loaded = self._load_robust(index, epoch, failures)
-        out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures)
+        out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures, pool=pool)
         params = self.augment
         if mix and params is not None and params.mixup > 0:
             draw = mixup_rng(self.seed, epoch, index)
             if draw.random() < params.mixup:
-                partner, ratio = int(draw.integers(len(self.samples))), float(draw.beta(32.0, 32.0))
+                partner = int(pool_choice(draw, pool, len(self.samples)))
+                ratio = float(draw.beta(32.0, 32.0))
                 partner_loaded = self._load_robust(partner, epoch, failures)
-                other = self._compose(partner_loaded, partner, epoch, size, mix, failures, stream=1)
+                other = self._compose(partner_loaded, partner, epoch, size, mix, failures, 1, pool)
                 out, boxes = mixup((out, boxes), (other[0], other[1]), ratio)
         _, orig_hw, chosen = loaded
         _, ratio, pad = letterbox_matrix(orig_hw, size)
@@ -201,11 +251,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         return out, boxes, meta
 
     def _compose(self, loaded: tuple[np.ndarray, tuple[int, int], int], index: int, epoch: int, size,
-                 mix: bool, failures: list[tuple[str, str]], stream: int = 0
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 mix: bool, failures: list[tuple[str, str]], stream: int = 0,
+                 pool: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample ``index`` (``loaded``: its image, original size and the sample actually read) as the
-        network sees it, a mosaic when drawn so; ``stream`` > 0 draws anew (a mixup partner is not the
-        copy of its own sample in this epoch)."""
+        network sees it, a mosaic (partners drawn from ``pool``) when drawn so; ``stream`` > 0 draws anew
+        (a mixup partner is not the copy of its own sample in this epoch)."""
         image, orig_hw, chosen = loaded
         labels = self.samples[chosen].labels
         params = self.augment
@@ -214,7 +264,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         rng = sample_rng(self.seed, epoch, index, stream) if params is not None else None
         if mosaic_draw is not None and mosaic_draw.random() < params.mosaic:
             parts = [(image, labels, orig_hw)]
-            for other in mosaic_draw.integers(len(self.samples), size=3):
+            for other in pool_choice(mosaic_draw, pool, len(self.samples), size=3):
                 o_image, o_hw, o_chosen = self._load_robust(int(other), epoch, failures)
                 parts.append((o_image, self.samples[o_chosen].labels, o_hw))
             out, boxes, matrix = mosaic_sample(parts, size, params, rng)
@@ -240,6 +290,11 @@ def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
             for i, (_, b, _) in enumerate(items)]
     targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
     return images_t, targets, MetaBatch.from_metas([item[2] for item in items], dropped)
+
+
+def collate_group(batches: list[list]) -> list[tuple[torch.Tensor, torch.Tensor, MetaBatch]]:
+    """:func:`collate` of each batch of a group (what :meth:`DetectionDataset.__getitems__` returns)."""
+    return [collate(items) for items in batches]
 
 
 def _reason(err: Exception, path) -> str:
@@ -273,12 +328,15 @@ class DetectionLoader:
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         kwargs = {}
         if workers > 0:
-            kwargs = dict(persistent_workers=True, prefetch_factor=prefetch_factor,
-                          worker_init_fn=_worker_init)
+            # a worker makes a whole group of batches (one partner pool) per request: as many batches
+            # in flight as before, in fewer requests
+            groups = -(-prefetch_factor // max(1, batch_sampler.pool_batches))
+            kwargs = dict(persistent_workers=True, prefetch_factor=groups, worker_init_fn=_worker_init)
             if "fork" in torch.multiprocessing.get_all_start_methods():
                 kwargs["multiprocessing_context"] = "fork"
-        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
-                                                   collate_fn=collate, pin_memory=self.pin_memory, **kwargs)
+        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=BatchGroups(batch_sampler),
+                                                   num_workers=workers, collate_fn=collate_group,
+                                                   pin_memory=self.pin_memory, **kwargs)
         self._reset_reports()
 
     def _reset_reports(self) -> None:
@@ -286,6 +344,8 @@ class DetectionLoader:
         self.epoch_replaced: list[tuple[str, str]] = []  # the current/last epoch only
         self.dropped: list[tuple[str, str]] = []  # (path, reason) of every sample left out, all epochs
         self.epoch_dropped: list[tuple[str, str]] = []
+        self.decoded: Counter[int] = Counter()  # sample index -> decodes of its original, all epochs
+        self.epoch_decoded: Counter[int] = Counter()  # the current/last epoch only
 
     @property
     def replaced_count(self) -> int:
@@ -300,25 +360,26 @@ class DetectionLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
-        return self._tracked(self._loader)
+        return self._tracked(_ungrouped(self._loader))
 
     def remaining(self, skip: int):
         """The batches of the current epoch after the first ``skip`` (mid-epoch resume).
 
-        Every batch derives from (seed, epoch, index), so skipping in the sampler yields exactly the
-        batches the interrupted run would have seen; no image of the skipped part is decoded.
+        Every batch derives from (seed, epoch, index, its partner pool), so skipping in the sampler
+        yields exactly the batches the interrupted run would have seen; no image of the skipped part is
+        decoded except as a partner of the rest.
         """
-        return self._tracked(self._tail_loader(TailSampler(self.batch_sampler, skip)))
+        return self._tracked(_ungrouped(self._tail_loader(TailSampler(self.batch_sampler, skip))))
 
     def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         # a one-off loader: at most one non-persistent worker for the rest of one epoch
-        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler,
-                                           num_workers=min(self.workers, 1), collate_fn=collate,
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=BatchGroups(sampler),
+                                           num_workers=min(self.workers, 1), collate_fn=collate_group,
                                            pin_memory=self.pin_memory,
                                            worker_init_fn=_worker_init if self.workers else None)
 
     def _tracked(self, batches):
-        self.epoch_replaced, self.epoch_dropped = [], []
+        self.epoch_replaced, self.epoch_dropped, self.epoch_decoded = [], [], Counter()
         for images, targets, metas in batches:
             for _, failures in sorted(metas.failures.items()):
                 self.epoch_replaced.extend(failures)
@@ -326,6 +387,9 @@ class DetectionLoader:
             dropped = getattr(metas, "dropped", ())
             self.epoch_dropped.extend(dropped)
             self.dropped.extend(dropped)
+            decoded = getattr(metas, "decoded", ())
+            self.epoch_decoded.update(decoded)
+            self.decoded.update(decoded)
             if len(metas):
                 yield images, targets, metas
 
@@ -345,6 +409,15 @@ class DetectionLoader:
         return (f"{len(self.epoch_replaced)} sample(s) failed to load and were replaced this epoch: "
                 + named[:2000]
                 + ("" if len(files) < 2 else f" ({len(files)} files)"))
+
+
+def _ungrouped(loader: torch.utils.data.DataLoader):
+    """``loader``'s batches: those of each group in turn when it iterates :class:`BatchGroups`."""
+    if not isinstance(loader.batch_sampler, BatchGroups):
+        yield from loader
+        return
+    for group in loader:
+        yield from group
 
 
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,
