@@ -3,8 +3,10 @@
 Batches are ``(images uint8 [B, 3, S, S], targets float32 [N, 6], metas)`` where a target row is
 (batch index, cls, cx, cy, w, h) relative to the delivered image and ``metas[i]`` maps network pixels
 back to the original: ``orig = (net - pad) / ratio`` (exact for validation; with augmentation use
-``ImageMeta.matrix``). uint8 crosses the process boundary and the bus; :func:`move_to_device`
-normalises on the device.
+``ImageMeta.matrix``). The images are laid out channels-last in memory (the augmentation's HWC
+arrays stacked, a strided view, no transposing copy on the CPU). uint8 crosses the process boundary and
+the bus; :func:`move_to_device` normalises on the device, and makes the layout contiguous there
+(or keeps channels-last with ``channels_last=True``).
 
 A sample that fails to load after the scan (the file changed or broke) is replaced by another one in a
 training loader, so batches keep their size; an evaluation loader (``drop_broken``) leaves it out, so
@@ -274,7 +276,8 @@ class DetectionDataset(torch.utils.data.Dataset):
 
 
 def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
-    """Stack into uint8 [B, 3, S, S], float32 [N, 6] (batch index, cls, cx, cy, w, h) and the metas.
+    """Stack into uint8 [B, 3, S, S] (channels-last in memory), float32 [N, 6] (batch index, cls, cx,
+    cy, w, h) and the metas.
 
     :class:`DroppedSample` items are left out (B counts the others; 0 when all were dropped) and listed
     in ``metas.dropped``.
@@ -285,7 +288,7 @@ def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
         return (torch.zeros((0, 3, 0, 0), dtype=torch.uint8), torch.zeros((0, 6)),
                 MetaBatch.from_metas([], dropped))
     images = np.stack([item[0] for item in items])
-    images_t = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+    images_t = torch.from_numpy(images).permute(0, 3, 1, 2)  # NCHW shape, NHWC memory: no copy
     rows = [np.concatenate([np.full((len(b), 1), i, np.float32), b], axis=1)
             for i, (_, b, _) in enumerate(items)]
     targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
@@ -422,7 +425,8 @@ def _ungrouped(loader: torch.utils.data.DataLoader):
 
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,
                    channels_last: bool = False) -> torch.Tensor:
-    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy, divide there).
+    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy; layout and divide
+    there): contiguous, or channels-last with ``channels_last``.
 
     A :class:`turboyolo.data.device_loader.CanvasBatch` (``--augment-on device``) is copied and then
     augmented on the device.
@@ -430,6 +434,6 @@ def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torc
     if hasattr(images, "to_device"):
         return images.to_device(device, dtype, channels_last)
     images = images.to(device, non_blocking=True)
-    if channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    images = images.contiguous(memory_format=layout)
     return images.to(dtype).div_(255.0)
