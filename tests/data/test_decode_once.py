@@ -12,6 +12,7 @@ from synth import make_image_folder as make_dataset
 from turboyolo.data import decode
 from turboyolo.data.augment import AugmentParams, mosaic_rng
 from turboyolo.data.cache import prepare_cache
+from turboyolo.data.loader import group_batches
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.sampler import default_pool_batches, pool_choice
 from turboyolo.data.scan import scan_dataset
@@ -112,6 +113,23 @@ def test_partners_come_from_the_pool_and_cover_the_set(samples):
             assert set(partners) <= set(pool)
             chosen.update(partners)
     assert sum(chosen.values()) == 3 * len(samples) and len(chosen) > len(samples) // 2
+
+
+def test_workers_share_small_epochs_and_a_cache_needs_no_groups(samples, tmp_path):
+    # 23 samples, batch 3: 8 batches in one pool of 8; with 2 workers the pool is cut in 2 groups of 4
+    # batches so both workers have work (an image then decoded up to once per group), same batches
+    assert group_batches(8, 8, 0, False) == 8 and group_batches(8, 8, 1, False) == 8
+    assert group_batches(8, 8, 4, False) == 2 and group_batches(8, 80, 4, False) == 8
+    assert group_batches(8, 8, 0, True) == 1 and group_batches(0, 8, 0, False) == 1
+    kwargs = dict(img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=4, partner_pool=8)
+    alone = build_loader(samples, workers=0, **kwargs)
+    shared = build_loader(samples, workers=2, **kwargs)
+    assert alone.group == 8 and shared.group == 4
+    _same(_epoch(alone, 0), _epoch(shared, 0))
+    assert max(alone.epoch_decoded.values()) == 1
+    assert max(shared.epoch_decoded.values()) <= 2 and len(shared.epoch_decoded) == len(samples)
+    cache = prepare_cache(samples, 64, None, memory="ram", workers=1, log=lambda *_: None)
+    assert build_loader(samples, workers=0, cache=cache, **kwargs).group == 1
 
 
 def test_default_pool_size():

@@ -222,17 +222,19 @@ class DetectionLoader:
                  prefetch_factor: int = 4, pin_memory: bool | None = None):
         self.dataset, self.batch_sampler, self.workers = dataset, batch_sampler, workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.group = group_batches(batch_sampler.pool_batches, len(batch_sampler), workers,
+                                   dataset.cache is not None)
         kwargs = {}
         if workers > 0:
-            # a worker makes a whole group of batches (one partner pool) per request: as many batches
-            # in flight as before, in fewer requests
-            groups = -(-prefetch_factor // max(1, batch_sampler.pool_batches))
+            # a worker makes a group of batches per request: as many batches in flight as before
+            groups = -(-prefetch_factor // self.group)
             kwargs = dict(persistent_workers=True, prefetch_factor=groups, worker_init_fn=_worker_init)
             if "fork" in torch.multiprocessing.get_all_start_methods():
                 kwargs["multiprocessing_context"] = "fork"
-        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=BatchGroups(batch_sampler),
-                                                   num_workers=workers, collate_fn=collate_group,
-                                                   pin_memory=self.pin_memory, **kwargs)
+        groups = BatchGroups(batch_sampler, self.group)
+        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=groups, num_workers=workers,
+                                                   collate_fn=collate_group, pin_memory=self.pin_memory,
+                                                   **kwargs)
         self._reset_reports()
 
     def _reset_reports(self) -> None:
@@ -305,6 +307,18 @@ class DetectionLoader:
         return (f"{len(self.epoch_replaced)} sample(s) failed to load and were replaced this epoch: "
                 + named[:2000]
                 + ("" if len(files) < 2 else f" ({len(files)} files)"))
+
+
+def group_batches(pool_batches: int, epoch_batches: int, workers: int, cached: bool) -> int:
+    """Batches one worker makes per request: a whole partner pool (each original decoded once per
+    epoch), unless that leaves workers idle (fewer pools in an epoch than workers: the pools are cut so
+    every worker has work, an image then decoded up to once per piece), or nothing is decoded (a
+    prepared cache: one batch per request)."""
+    if cached or pool_batches <= 1:
+        return 1
+    if workers <= 1:
+        return pool_batches
+    return max(1, min(pool_batches, -(-epoch_batches // workers)))
 
 
 def _ungrouped(loader: torch.utils.data.DataLoader):

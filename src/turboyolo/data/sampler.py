@@ -176,17 +176,19 @@ class TailSampler(torch.utils.data.Sampler):
 
 class BatchGroups(torch.utils.data.Sampler):
     """``sampler``'s batches, consecutive batches sharing one partner pool gathered into one
-    :class:`BatchGroup` (a batch without a pool is a group of its own): what one loader worker makes at
-    a time, so each image of the pool is decoded there once."""
+    :class:`BatchGroup` of at most ``size`` batches (a batch without a pool is a group of its own): what
+    one loader worker makes at a time, so each image of the pool is decoded there once (a pool cut into
+    k groups: at most k times)."""
 
-    def __init__(self, sampler):
-        self.sampler = sampler
+    def __init__(self, sampler, size: int | None = None):
+        self.sampler, self.size = sampler, size
 
     def __iter__(self) -> Iterator[BatchGroup]:
         group, pool = BatchGroup(), None
         for batch in self.sampler:
             key_pool = batch[0][4] if batch and len(batch[0]) > 4 else None
-            if group and (key_pool is None or key_pool is not pool):
+            full = self.size is not None and len(group) >= self.size
+            if group and (key_pool is None or key_pool is not pool or full):
                 yield group
                 group = BatchGroup()
             group.append(batch)
