@@ -3,6 +3,7 @@ images a worker has in hand) and once per run with ``--cache ram/disk``; the bat
 (seed, epoch, index, pool): the same with 0 or 2 workers, after a mid-epoch resume, with or without cache."""
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +137,27 @@ def test_default_pool_size():
     assert default_pool_batches(8) == 8 and default_pool_batches(1) == 64
     assert default_pool_batches(64) * 64 == 256 and default_pool_batches(3) * 3 >= 64
     assert np.all([default_pool_batches(b) >= 1 for b in range(1, 300)])
+
+
+@pytest.mark.slow
+def test_turboyolo_train_decodes_each_training_image_once_per_epoch(tmp_path, isolated_cache):
+    """Through `turboyolo train` with its defaults (mosaic 1 where the cfg says none, --cache none),
+    in-process loaders: 2 epochs decode each training image at most twice; with --cache ram the training
+    loader decodes none (the cache build decoded each once, in its decode processes)."""
+    from synth import make_dataset as make_train_set
+    from synth import micro_cfg
+    from turboyolo.cli import main as cli
+
+    data = make_train_set(tmp_path / "data", 8, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=4)
+    train_images = [line for line in (tmp_path / "data" / "train.txt").read_text().split() if line]
+    common = ["train", "--cfg", str(cfg), "--data", str(data), "--epochs", "2", "--workers", "0",
+              "--evaluation-interval", "0", "--checkpoint-interval", "0"]
+    for cache, most in (("none", 2), ("ram", 0)):
+        before = decode.DECODES.copy()
+        assert cli([*common, "--cache", cache, "--project", str(tmp_path / cache)]) == 0
+        counts = decode.DECODES - before
+        per_image = [counts[str(Path(p))] for p in train_images]
+        assert max(per_image) == most, (cache, per_image)
+        config = (next((tmp_path / cache).iterdir()) / "config.yaml").read_text()
+        assert "mosaic: 1.0" in config  # the default run made mosaics
