@@ -8,7 +8,6 @@ pinning, measured with at least one worker so that the main process does nothing
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import resource
 import tempfile
@@ -16,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import cv2
 import torch
@@ -24,7 +24,6 @@ from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
-from turboyolo.train.defaults import DEFAULT_MOSAIC
 
 
 @dataclass
@@ -33,7 +32,6 @@ class Measurement:
     wall_s: float
     cpu_s: float  # main + workers
     main_cpu_s: float
-    decodes: int = 0  # originals decoded by the loader for these images (its ``decoded`` counter)
 
     @property
     def images_per_s(self) -> float:
@@ -71,7 +69,6 @@ def measure_loader(loader, images: int) -> Measurement:
     workers = _worker_pids(loader)
     start_wall, start_main = time.perf_counter(), _self_cpu_s()
     start_workers = sum(_process_cpu_s(p) for p in workers)
-    start_decodes = _decodes(loader)
     seen = 0
     while seen < images:
         try:
@@ -86,11 +83,7 @@ def measure_loader(loader, images: int) -> Measurement:
     main = _self_cpu_s() - start_main
     worker_cpu = sum(_process_cpu_s(p) for p in workers) - start_workers
     del iterator
-    return Measurement(seen, wall, main + worker_cpu, main, _decodes(loader) - start_decodes)
-
-
-def _decodes(loader) -> int:
-    return sum(getattr(loader, "decoded", {}).values())
+    return Measurement(seen, wall, main + worker_cpu, main)
 
 
 def _worker_pids(loader) -> list[int]:
@@ -114,11 +107,12 @@ def cpu_model() -> str:
 def train_default_augment() -> AugmentParams:
     """The augmentation ``turboyolo train`` uses on a stock cfg without flags: the cfg's ``[net]`` colour
     values, jitter 0.3, flips, and a mosaic per sample (``DEFAULT_MOSAIC``)."""
+    from turboyolo.train.defaults import DEFAULT_MOSAIC
+
     return AugmentParams.from_net(mosaic=DEFAULT_MOSAIC)
 
 
-@dataclass(frozen=True)
-class BenchRow:
+class BenchRow(NamedTuple):
     """One row of ``turboyolo bench data``: its label, whether it reads the prepared cache, the
     augmentation (None: letterbox only) and where augmentation runs."""
 
@@ -135,7 +129,7 @@ class BenchRow:
 def bench_rows(augment_on: str = "both") -> list[BenchRow]:
     """What ``turboyolo bench data`` measures, ``train``'s default first (named so), then the faster
     settings beside it, each named by the flags that select it."""
-    default, plain = train_default_augment(), dataclasses.replace(train_default_augment(), mosaic=0.0)
+    default, plain = train_default_augment(), AugmentParams.from_net(mosaic=0.0)
     rows = []
     if augment_on in ("cpu", "both"):
         rows += [BenchRow("train's default: --cache none, --augment-on cpu, mosaic 1", False, default),
@@ -195,11 +189,13 @@ def run_bench(
                                   workers=workers, shuffle=True, cache=cache if row.warm else None,
                                   augment_on=row.where)
             m = measure_loader(loader, images)
+            # decodes of every batch delivered: the measured ones and the warm-up batch before them
+            decodes = sum(loader.decoded.values()) / (m.images + min(batch_size, len(samples)))
             del loader
             results[row.key] = m
             label = ("warm: " if row.warm else "cold: ") + row.label
             log(f"  {label:<72} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core  "
-                f"{m.decodes / m.images:.2f} decodes per image")
+                f"{decodes:.2f} decodes per image")
         loader = build_loader(samples, img_size=img_size, batch_size=batch_size,
                               augment=train_default_augment(), workers=max(1, workers), shuffle=True,
                               cache=cache)
