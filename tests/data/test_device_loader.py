@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from synth import make_image_folder as make_dataset
-from turboyolo.data.augment import AugmentParams
+from turboyolo.data.augment import AugmentParams, mixup_partner, mosaic_partners
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.device_loader import CanvasBatch, check_device_augment, device_augment_unsupported
 from turboyolo.data.loader import move_to_device
@@ -238,3 +238,17 @@ def test_train_cli_with_device_mosaic_and_mixup(tmp_path, isolated_cache, capsys
     assert "mosaic: 1.0" in config and "mixup: 0.5" in config and "augment_on: device" in config
     rows = (run / "results.csv").read_text().splitlines()
     assert len(rows) == 3  # a header and both epochs
+
+
+def test_partners_come_from_the_pool_the_key_carries():
+    # a key may carry its partner pool (the run of batches one worker makes); whole-set pools draw
+    # exactly what no pool draws
+    pool = (7, 3, 11, 5)
+    for index in range(20):
+        partners = mosaic_partners(1, 2, index, 40, 1.0, pool=pool)
+        assert partners is not None and set(partners) <= set(pool)
+        whole = mosaic_partners(1, 2, index, 40, 1.0, pool=tuple(range(40)))
+        assert whole == mosaic_partners(1, 2, index, 40, 1.0)
+        partner, ratio = mixup_partner(1, 2, index, 40, 1.0, pool=pool)
+        assert partner in pool and 0 < ratio < 1
+    assert mosaic_partners(1, 2, 0, 40, 0.0) is None and mixup_partner(1, 2, 0, 40, 0.0) is None

@@ -282,19 +282,27 @@ def mosaic_rng(seed: int, epoch: int, index: int, stream: int = 0) -> np.random.
                                  + ([stream] if stream else []))
 
 
-def mosaic_partners(seed: int, epoch: int, index: int, count: int, probability: float,
-                    stream: int = 0) -> list[int] | None:
-    """The 3 samples (of ``count``) joining sample ``index`` in a mosaic, or None when it is not one.
+def partner_draw(rng: np.random.Generator, pool: tuple[int, ...] | None, count: int,
+                 size: int | None = None):
+    """Partner sample index(es) drawn with ``rng`` from ``pool`` (sample indices: the run of batches a
+    loader worker makes at once, carried by the sampler's keys) or, with None, from all ``count``."""
+    if pool is None:
+        return rng.integers(count, size=size)
+    picks = rng.integers(len(pool), size=size)
+    return pool[int(picks)] if size is None else [pool[int(k)] for k in picks]
 
-    Both loaders (the CPU path and ``--augment-on device``) choose through here, so they build the same
-    mosaics; drawn from :func:`mosaic_rng` only.
-    """
+
+def mosaic_partners(seed: int, epoch: int, index: int, count: int, probability: float, stream: int = 0,
+                    pool: tuple[int, ...] | None = None) -> list[int] | None:
+    """The 3 samples (of ``count``, or of ``pool``) joining sample ``index`` in a mosaic, or None when it
+    is not one; drawn from :func:`mosaic_rng` only, as the CPU loader draws them, so the device path
+    (:mod:`turboyolo.data.device_loader`) builds the same mosaics."""
     if probability <= 0:
         return None
     draw = mosaic_rng(seed, epoch, index, stream)
     if draw.random() >= probability:
         return None
-    return [int(other) for other in draw.integers(count, size=3)]
+    return [int(other) for other in partner_draw(draw, pool, count, size=3)]
 
 
 @dataclass(frozen=True)
@@ -388,16 +396,17 @@ def mixup_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x313C])
 
 
-def mixup_partner(seed: int, epoch: int, index: int, count: int, probability: float
-                  ) -> tuple[int, float] | None:
-    """The sample (of ``count``) blended into sample ``index`` and the weight of ``index``'s own image
-    (``r ~ Beta(32, 32)``), or None when it is not blended; both loaders choose through here."""
+def mixup_partner(seed: int, epoch: int, index: int, count: int, probability: float,
+                  pool: tuple[int, ...] | None = None) -> tuple[int, float] | None:
+    """The sample (of ``count``, or of ``pool``) blended into sample ``index`` and the weight of
+    ``index``'s own image (``r ~ Beta(32, 32)``), or None when it is not blended; drawn as the CPU
+    loader draws them."""
     if probability <= 0:
         return None
     draw = mixup_rng(seed, epoch, index)
     if draw.random() >= probability:
         return None
-    return int(draw.integers(count)), float(draw.beta(32.0, 32.0))
+    return int(partner_draw(draw, pool, count)), float(draw.beta(32.0, 32.0))
 
 
 def mixup(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], ratio: float

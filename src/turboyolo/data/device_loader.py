@@ -112,7 +112,7 @@ class DeviceAugmentDataset(DetectionDataset):
         self.canvas = max(decode_size, cache.size if cache is not None else 0)
         self.pin = pin
         self.ring = 0  # > 0: a worker reuses this many shared buffers in turn (set by the loader)
-        self._pool: list[torch.Tensor] = []  # oldest first
+        self._buffers: list[torch.Tensor] = []  # oldest first
 
     def _buffer(self, count: int) -> torch.Tensor:
         shape = (count, self.canvas, self.canvas, 3)
@@ -124,21 +124,22 @@ class DeviceAugmentDataset(DetectionDataset):
             # small for this batch's canvases (mosaics vary their number) is replaced by a larger one.
             if self.ring <= 0:
                 return _shared_uint8(shape)
-            buffer = self._pool.pop(0) if len(self._pool) >= self.ring else None
+            buffer = self._buffers.pop(0) if len(self._buffers) >= self.ring else None
             if buffer is None or buffer.shape[0] < count:
                 buffer = _shared_uint8(shape)
-            self._pool.append(buffer)
+            self._buffers.append(buffer)
             return buffer[:count]
         return torch.empty(shape, dtype=torch.uint8, pin_memory=self.pin)
 
     def _compose_plan(self, loaded: tuple[np.ndarray, tuple[int, int], int], index: int, epoch: int,
-                      size: int, mix: bool, failures: list[tuple[str, str]], stream: int = 0) -> _Composed:
-        """The numbers of sample ``index`` as the CPU path's ``_compose`` draws them (a mosaic when
-        drawn so), its images read but not yet copied."""
+                      size: int, mix: bool, failures: list[tuple[str, str]], stream: int = 0,
+                      pool: tuple[int, ...] | None = None) -> _Composed:
+        """The numbers of sample ``index`` as the CPU path's ``_compose`` draws them (a mosaic, partners
+        from ``pool``, when drawn so), its images read but not yet copied."""
         image, orig_hw, chosen = loaded
         labels = self.samples[chosen].labels
         params = self.augment
-        partners = (mosaic_partners(self.seed, epoch, index, len(self.samples), params.mosaic, stream)
+        partners = (mosaic_partners(self.seed, epoch, index, len(self.samples), params.mosaic, stream, pool)
                     if mix and params is not None else None)
         rng = sample_rng(self.seed, epoch, index, stream) if params is not None else None
         if partners is None:
@@ -162,16 +163,17 @@ class DeviceAugmentDataset(DetectionDataset):
         and what was loaded for the sample itself; loads in the CPU path's order."""
         index, epoch, size, *rest = key
         mix = rest[0] if rest else True
+        pool = rest[1] if len(rest) > 1 else None  # where partners come from (the sampler's key says)
         loaded = self._load_robust(index, epoch, failures)
-        composed = [self._compose_plan(loaded, index, epoch, size, mix, failures)]
+        composed = [self._compose_plan(loaded, index, epoch, size, mix, failures, pool=pool)]
         params = self.augment
-        drawn = (mixup_partner(self.seed, epoch, index, len(self.samples), params.mixup)
+        drawn = (mixup_partner(self.seed, epoch, index, len(self.samples), params.mixup, pool)
                  if mix and params is not None else None)
         if drawn is None:
             return composed, [1.0], loaded
         partner, ratio = drawn
         partner_loaded = self._load_robust(partner, epoch, failures)
-        composed.append(self._compose_plan(partner_loaded, partner, epoch, size, mix, failures, stream=1))
+        composed.append(self._compose_plan(partner_loaded, partner, epoch, size, mix, failures, 1, pool))
         return composed, [ratio, 1.0 - ratio], loaded
 
     def __getitem__(self, keys):
@@ -278,14 +280,14 @@ DEVICE_AUGMENTS = frozenset({"degrees", "scale", "translate", "jitter", "hue", "
                              "flip", "flipud", "min_box_px", "min_visible", "mosaic", "mixup"})
 
 
-def device_augment_unsupported(params: AugmentParams | None) -> str | None:
-    """Why ``--augment-on device`` would not do the same augmentation as the CPU path with ``params``, or
+def device_augment_unsupported(augment: AugmentParams | None) -> str | None:
+    """Why ``--augment-on device`` would not do the same augmentation as the CPU path with ``augment``, or
     None when it does (boxes bit for bit, pixels up to interpolation rounding; mosaic and mixup
     included): what an automatic choice of ``--augment-on`` asks before it picks the device path."""
-    if params is None:
+    if augment is None:
         return None
-    for field in dataclasses.fields(params):
-        value = getattr(params, field.name)
+    for field in dataclasses.fields(augment):
+        value = getattr(augment, field.name)
         if field.name not in DEVICE_AUGMENTS and value != field.default:
             return f"the device path does not do {field.name}={value!r}"
     return None
