@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# All GPU measuring in one device call (< 5 minutes on the H200 machine): YOLOv3-416, mini-batch 32.
+# All GPU measuring in one device call (about 7 minutes on an H100/H200 machine, the two train rows
+# included): YOLOv3-416, mini-batch 32.
 #   synthetic ceiling (bf16, channels_last, data already on the GPU) -> $OUT/ceiling.json
 #   PyTorch-YOLOv3 1.8.0's loop as shipped, own process + wheels  -> $OUT/pyyolo.json
 #   turboyolo, --cache ram, CPU augmentation                      -> $OUT/ours-cpu.json
@@ -20,10 +21,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-$( [ -x .venv/bin/python ] && [ "${DRY_RUN:-0}" = 1 ] && echo .venv/bin/python || echo python3)}
 WORK=$(mktemp -d)
 if [ "${DRY_RUN:-0}" = 1 ]; then
-  SIZE=64; BATCH=4; SECONDS_RUN=4; WARMUP=1; COPIES=1; WORKERS=1; DEVICE=cpu; EPOCHS=2
+  SIZE=64; BATCH=4; SECONDS_RUN=4; WARMUP=1; COPIES=1; WORKERS=1; DEVICE=cpu; EPOCHS=2; TRAIN_TIMEOUT=900
   PYYOLO_PY=${PYYOLO_PYTHON:-/tmp/pyyolo-venv/bin/python}
 else
-  SIZE=416; BATCH=32; SECONDS_RUN=30; WARMUP=10; COPIES=54; WORKERS=15; DEVICE=cuda; EPOCHS=4
+  SIZE=416; BATCH=32; SECONDS_RUN=30; WARMUP=10; COPIES=54; WORKERS=15; DEVICE=cuda; EPOCHS=4; TRAIN_TIMEOUT=150
   PYYOLO_PY=python3
   nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$OUT/env.txt" 2>&1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pyyolo-site \
@@ -53,7 +54,7 @@ mkdir -p "$WORK/pyyolo"
 $PY bench/gpu_bench.py ours-cpu "${COMMON[@]}"
 $PY bench/gpu_bench.py ours-device "${COMMON[@]}"
 $PY bench/gpu_bench.py checkpoint "${COMMON[@]}"
-$PY bench/gpu_bench.py train-auto "${COMMON[@]}" --epochs "$EPOCHS"
-$PY bench/gpu_bench.py train-tuned "${COMMON[@]}" --epochs "$EPOCHS"
+$PY bench/gpu_bench.py train-auto "${COMMON[@]}" --epochs "$EPOCHS" --train-timeout "$TRAIN_TIMEOUT"
+$PY bench/gpu_bench.py train-tuned "${COMMON[@]}" --epochs "$EPOCHS" --train-timeout "$TRAIN_TIMEOUT"
 $PY bench/gpu_bench.py table --out "$OUT"
 rm -rf "$WORK"

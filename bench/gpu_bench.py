@@ -138,7 +138,7 @@ def ours(args, augment_on: str) -> dict:
     from turboyolo.data.cache import prepare_cache
     from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
+    from turboyolo.train.engine import EpochStats, StepOptions, TrainState, train_one_epoch
     from turboyolo.train.gpu_monitor import GpuMonitor
     from turboyolo.train.optim import Schedule
 
@@ -159,7 +159,10 @@ def ours(args, augment_on: str) -> dict:
         loader.set_epoch(epoch)
         state.epoch_batches = 0
         began = time.perf_counter() - start
-        stats = train_one_epoch(state, monitor.wrap(loader), len(loader), options)
+        epoch_stats = EpochStats(device)
+        for _ in train_one_epoch(state, monitor.wrap(loader), len(loader), options, epoch_stats):
+            pass  # a generator since the training library's restructuring: run the epoch to its end
+        stats = epoch_stats.summary()
         gpu = monitor.read()
         if began >= args.warmup:  # whole epochs that started after the warm-up (workers, cuDNN, caches)
             results.append((stats, gpu))
@@ -215,15 +218,18 @@ def train_cli(args, name: str) -> dict:
         command = [sys.executable, "-m", "turboyolo", "train", "--cfg", args.cfg, "--data", args.data,
                    "--epochs", str(args.epochs), "--mosaic", "1", "--evaluation-interval", "0",
                    "--checkpoint-interval", "0", "--project", project, "--device", args.device, *flags]
-        done = subprocess.run(command, capture_output=True, text=True,
-                              timeout=args.seconds * 3 + args.warmup * 6 + 120)
-        (Path(args.out) / f"{name}.log").write_text(done.stdout + done.stderr)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.train_timeout)
+            code, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as err:  # the epochs done so far still count
+            code, output = f"timed out after {args.train_timeout:g} s", _text(err.stdout) + _text(err.stderr)
+        (Path(args.out) / f"{name}.log").write_text(output)
         results = sorted(Path(project).glob("*/results.csv"))
         rows = list(csv.DictReader(results[0].open())) if results else []
-        chosen = [line for line in done.stdout.splitlines() if "auto" in line.lower()][:6]
-    later = rows[1:] or rows
-    if done.returncode != 0 or not later:
-        return {"error": f"turboyolo train exited {done.returncode}, {len(rows)} epochs (see {name}.log)"}
+        chosen = [line for line in output.splitlines() if "auto" in line.lower()][:6]
+    later = rows[1:]
+    if not later:
+        return {"error": f"turboyolo train: exit {code}, {len(rows)} epoch(s) done (see {name}.log)"}
     rate = float(np.mean([float(r["images_per_s"]) for r in later]))
     from turboyolo.formats.darknet_cfg import parse_cfg
 
@@ -238,6 +244,10 @@ def train_cli(args, name: str) -> dict:
             "images_per_s": rate, "data_wait": mean("data_wait"), "gpu_util": gpu_util,
             "gpu_idle": mean("gpu_idle"), "mfu_790": m790, "mfu_989": m989, "epochs": len(later),
             "auto_lines": chosen}
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def table(out: Path) -> str:
@@ -313,6 +323,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=8)
     parser.add_argument("--epochs", type=int, default=4, help="train-* sections: epochs of the run")
+    parser.add_argument("--train-timeout", type=float, default=240, help="train-* sections: seconds")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     out = Path(args.out)
