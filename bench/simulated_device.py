@@ -24,9 +24,10 @@ Usage:
     .venv/bin/python bench/simulated_device.py [--images 96] [--batch 8] [--epochs 8] \\
         [--setting 'old defaults=--cache none --augment-on cpu' ...] [--json out.json]
 
-Default settings: ``old defaults`` (``--cache none --augment-on cpu``) and ``hand-tuned`` (``--cache ram
---augment-on device``). An automatic choice is a third ``--setting`` whose flags are the ones that
-choice makes (``--setting 'auto=--cache ram --augment-on device --workers 1'``).
+Default settings: ``old defaults`` (``--cache none --augment-on cpu``), ``cache, CPU augmentation``
+(``--cache ram --augment-on cpu``) and ``hand-tuned`` (``--cache ram --augment-on device``). An
+automatic choice is one more ``--setting`` whose flags are the ones that choice makes
+(``--setting 'auto=--cache ram --augment-on device --workers 1'``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from turboyolo.model.zoo import make_spec
 PHOTOS = Path("/usr/share/backgrounds")
 GPU_MACHINE_CORES = 16  # the H100 machine's CPU cores
 DEFAULT_SETTINGS = ("old defaults=--cache none --augment-on cpu",
+                    "cache, CPU augmentation=--cache ram --augment-on cpu",
                     "hand-tuned=--cache ram --augment-on device")
 # turboyolo train's default augmentation for the stock yolov3.cfg ([net] angle 0, saturation/exposure
 # 1.5, hue 0.1, [yolo] jitter 0.3; mosaic 1 where the cfg gives none)

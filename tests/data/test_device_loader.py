@@ -152,13 +152,14 @@ def _epoch_batches(loader, epoch, mix=True):
              np.array([m.matrix for m in metas]), metas.failures) for images, targets, metas in loader]
 
 
-@pytest.mark.parametrize("mosaic,mixup", [(1.0, 0.0), (0.5, 0.0), (0.5, 0.5), (0.0, 1.0)])
-def test_device_mosaic_and_mixup_match_cpu_path(samples, cache, mosaic, mixup):
+@pytest.mark.parametrize("mosaic,mixup,workers", [(1.0, 0.0, (0,)), (0.5, 0.0, (0,)), (0.5, 0.5, (0, 1)),
+                                                   (0.0, 1.0, (0,))])
+def test_device_mosaic_and_mixup_match_cpu_path(samples, cache, mosaic, mixup, workers):
     # the CPU path's partners, draws and boxes; pixels up to rounding; mix=False (--close-mosaic) too
     augment = AugmentParams(degrees=5, scale=(0.5, 1.5), mosaic=mosaic, mixup=mixup)
     cpu_loader = build_loader(samples, workers=0, cache=cache, augment=augment, **KW)
-    for workers in (0, 1):
-        dev_loader = build_loader(samples, workers=workers, cache=cache, augment=augment,
+    for count in workers:
+        dev_loader = build_loader(samples, workers=count, cache=cache, augment=augment,
                                   augment_on="device", **KW)
         for epoch, mix in ((0, True), (1, True), (2, False)):
             cpu = _epoch_batches(cpu_loader, epoch, mix)
@@ -222,7 +223,9 @@ def test_device_augment_unsupported_says_why():
         check_device_augment(WithCopyPaste(copy_paste=0.5))
 
 
+@pytest.mark.slow
 def test_train_cli_with_device_mosaic_and_mixup(tmp_path, isolated_cache, capsys):
+    # (unmarked: tests/train/test_seams.py trains on the device's mosaics through the CLI, in-process)
     from synth import make_dataset as make_train_set
     from synth import micro_cfg
     from turboyolo.cli import main

@@ -4,8 +4,12 @@ A batch is gathered in one call (``__getitem__`` takes the batch's keys, not one
 read once from the prepared cache (one slice of the memory map, copied straight into its slot of the
 batch buffer, no intermediate array), the uncovered part of its canvas is filled grey, and the
 sample's affine, HSV factors and boxes are computed with the CPU path's rng draws and box function
-(:func:`turboyolo.data.device_augment.plan_sample`). The device then runs
-:func:`turboyolo.data.device_augment.augment_batch` after the non-blocking copy
+(:func:`turboyolo.data.device_augment.plan_sample`). A mosaic takes 4 canvases and a mixup two
+composed images: the same partners, draws and boxes as the CPU path
+(:func:`turboyolo.data.augment.mosaic_partners`, :func:`~turboyolo.data.augment.plan_mosaic`,
+:func:`~turboyolo.data.augment.mixup_partner`), with a :class:`~turboyolo.data.device_augment.PartLayout`
+saying which canvas goes where. The device then runs
+:func:`turboyolo.data.device_augment.augment_batch` (or ``compose_batch``) after the non-blocking copy
 (:meth:`CanvasBatch.to_device`, which :func:`turboyolo.data.loader.move_to_device` calls).
 
 The buffer is allocated where it will travel from: page-locked memory in-process (``workers=0`` with
