@@ -226,7 +226,7 @@ def train_cli(args, name: str) -> dict:
         (Path(args.out) / f"{name}.log").write_text(output)
         results = sorted(Path(project).glob("*/results.csv"))
         rows = list(csv.DictReader(results[0].open())) if results else []
-        chosen = [line for line in output.splitlines() if "auto" in line.lower()][:6]
+        chosen = [line for line in output.splitlines() if "(auto)" in line][:6]  # the start lines
     later = rows[1:]
     if not later:
         return {"error": f"turboyolo train: exit {code}, {len(rows)} epoch(s) done (see {name}.log)"}
