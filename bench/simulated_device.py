@@ -17,8 +17,8 @@ with the settings' ``--cache``, ``--augment-on`` and ``--workers``; a RAM cache 
 first epoch (its time is reported, not counted as data-wait). Data-wait = time the consumer waited for
 a batch / wall time, per epoch; the figure that counts is after the first epoch. Beside it: the part
 of it spent waiting for each epoch's first batch (the loader starts an epoch's work when the epoch
-starts), and the loader's CPU time per image (main process + workers, from /proc), which says what the
-cores could supply if nothing else ran on them.
+starts), and the loader's CPU time per image (main process + workers, from /proc), which says what a
+core could supply if nothing else ran on it.
 
 Usage:
     .venv/bin/python bench/simulated_device.py [--images 96] [--batch 8] [--epochs 8] \\
@@ -161,16 +161,16 @@ def run_setting(samples, setting: dict, args, step_s: float) -> dict:
             "epochs": epochs}
 
 
-def table(rows: dict, target_rate: float, cores: int) -> str:
+def table(rows: dict, target_rate: float) -> str:
     lines = [f"| setting | workers | cache build | data-wait, epoch 1 | data-wait after epoch 1 (of it: "
              f"epoch starts) | images/s after epoch 1 (the step takes {target_rate:.0f}) | loader CPU "
-             f"ms per image | images/s {cores} unshared cores would allow |",
+             f"ms per image | images/s per idle core |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['workers']} | {r['cache_build_s']:.1f} s | "
                      f"{100 * r['first_epoch_wait']:.1f}% | **{100 * r['data_wait']:.1f}%** "
                      f"({100 * r['epoch_start_wait']:.1f}%) | {r['images_per_s']:.1f} | "
-                     + (f"{cpu:.2f} | {1000 * cores / cpu:,.0f} |" if (cpu := r["cpu_ms_per_image"])
+                     + (f"{cpu:.2f} | {1000 / cpu:,.0f} |" if (cpu := r["cpu_ms_per_image"])
                         else "- (epochs cut short) | - |"))
     return "\n".join(lines)
 
@@ -204,7 +204,7 @@ def main() -> int:
             rows[name] = run_setting(samples, setting, args, step_s)
             summary = {k: v for k, v in rows[name].items() if k != "epochs"}
             print(f"[{name}] " + json.dumps(summary), flush=True)
-    print(table(rows, target, args.cores))
+    print(table(rows, target))
     if args.json:
         args.json.write_text(json.dumps({"step_s": step_s, "h100_images_per_s": h100_rate,
                                          "cores": args.cores, "settings": rows}, indent=2))
