@@ -11,11 +11,11 @@ import torch
 
 from synth import make_image_folder as make_dataset
 from turboyolo.data import decode
-from turboyolo.data.augment import AugmentParams, mosaic_rng
+from turboyolo.data.augment import AugmentParams, mosaic_rng, partner_draw
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.loader import group_batches
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.sampler import default_pool_batches, pool_choice
+from turboyolo.data.sampler import default_pool_batches
 from turboyolo.data.scan import scan_dataset
 
 MIXING = AugmentParams.from_net(mosaic=1.0)
@@ -110,7 +110,7 @@ def test_partners_come_from_the_pool_and_cover_the_set(samples):
             assert mix is True and index in pool and len(pool) >= 3
             draw = mosaic_rng(dataset.seed, epoch, index)
             draw.random()  # the loader's first draw: mosaic or not
-            partners = pool_choice(draw, pool, len(samples), size=3)
+            partners = partner_draw(draw, pool, len(samples), size=3)
             assert set(partners) <= set(pool)
             chosen.update(partners)
     assert sum(chosen.values()) == 3 * len(samples) and len(chosen) > len(samples) // 2

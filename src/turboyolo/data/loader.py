@@ -43,8 +43,8 @@ from turboyolo.data.augment import (
     augment_sample,
     letterbox_matrix,
     mixup,
-    mixup_rng,
-    mosaic_rng,
+    mixup_partner,
+    mosaic_partners,
     mosaic_sample,
     sample_rng,
 )
@@ -56,7 +56,7 @@ from turboyolo.data.batch import (  # MetaBatch and collate: importable from her
     collate_group,
 )
 from turboyolo.data.decode import decode_image
-from turboyolo.data.sampler import BatchGroup, BatchGroups, MultiScaleBatchSampler, TailSampler, pool_choice
+from turboyolo.data.sampler import BatchGroup, BatchGroups, MultiScaleBatchSampler, TailSampler
 from turboyolo.data.scan import Sample
 from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
@@ -158,10 +158,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures, pool=pool)
         params = self.augment
         if mix and params is not None and params.mixup > 0:
-            draw = mixup_rng(self.seed, epoch, index)
-            if draw.random() < params.mixup:
-                partner = int(pool_choice(draw, pool, len(self.samples)))
-                ratio = float(draw.beta(32.0, 32.0))
+            blend = mixup_partner(self.seed, epoch, index, len(self.samples), params.mixup, pool)
+            if blend is not None:
+                partner, ratio = blend
                 partner_loaded = self._load_robust(partner, epoch, failures)
                 other = self._compose(partner_loaded, partner, epoch, size, mix, failures, 1, pool)
                 out, boxes = mixup((out, boxes), (other[0], other[1]), ratio)
@@ -179,12 +178,14 @@ class DetectionDataset(torch.utils.data.Dataset):
         image, orig_hw, chosen = loaded
         labels = self.samples[chosen].labels
         params = self.augment
-        use_mosaic = mix and params is not None and params.mosaic > 0
-        mosaic_draw = mosaic_rng(self.seed, epoch, index, stream) if use_mosaic else None
+        partners = None
+        if mix and params is not None:
+            partners = mosaic_partners(self.seed, epoch, index, len(self.samples), params.mosaic,
+                                       stream, pool)
         rng = sample_rng(self.seed, epoch, index, stream) if params is not None else None
-        if mosaic_draw is not None and mosaic_draw.random() < params.mosaic:
+        if partners is not None:
             parts = [(image, labels, orig_hw)]
-            for other in pool_choice(mosaic_draw, pool, len(self.samples), size=3):
+            for other in partners:
                 o_image, o_hw, o_chosen = self._load_robust(int(other), epoch, failures)
                 parts.append((o_image, self.samples[o_chosen].labels, o_hw))
             out, boxes, matrix = mosaic_sample(parts, size, params, rng)

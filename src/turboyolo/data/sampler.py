@@ -4,7 +4,8 @@ rank agree; and which images a mosaic (or mixup) may draw its partners from.
 
 Partner pools: with ``pool_batches`` = G > 0, an epoch's batches are cut into runs of G consecutive
 batches (a short last run joins the one before) and every training key of a run carries the run's
-sample indices, its *pool*: mosaic and mixup partners are drawn from it (:func:`pool_choice`). The
+sample indices, its *pool*: mosaic and mixup partners are drawn from it
+(:func:`turboyolo.data.augment.partner_draw`). The
 loader hands a whole run to one worker (:class:`BatchGroups`), which decodes each image of the pool at
 most once and composes every mosaic from images already in hand. Pools are a function of (seed, epoch)
 and the batch size, like the order: a sample stays a function of (seed, epoch, index, its pool), so
@@ -30,19 +31,6 @@ def default_pool_batches(batch_size: int) -> int:
     at most :data:`POOL_IMAGES_MAX` images."""
     images = min(POOL_IMAGES_MAX, max(POOL_IMAGES, 8 * batch_size))
     return max(1, -(-images // batch_size))
-
-
-def pool_choice(rng: np.random.Generator, pool: tuple[int, ...] | None, num_samples: int,
-                size: int | None = None):
-    """Partner sample index(es) drawn with ``rng`` from ``pool`` (None: from all ``num_samples``).
-
-    ``pool`` = ``range(num_samples)`` draws exactly what ``None`` does (the whole data set); the
-    CPU and the device paths both draw through here, so they pick the same partners.
-    """
-    if pool is None:
-        return rng.integers(num_samples, size=size)
-    picks = rng.integers(len(pool), size=size)
-    return pool[int(picks)] if size is None else [pool[int(k)] for k in picks]
 
 
 class MultiScaleBatchSampler(torch.utils.data.Sampler):
