@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from turboyolo.data.scan import UNREVIEWED_CHOICES
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_anchor_list
@@ -51,6 +52,10 @@ class DataArgs:
     image_weights: bool = option(False, "draw training images by class weight (1 / boxes of the class, "
                                  "summed over an image's boxes) instead of each once per epoch",
                                  action="store_true")
+    unreviewed: str = option("include", "training images whose labels a model made and nobody reviewed "
+                             "(`turboyolo label`, `turboyolo review`): include them as labelled, exclude "
+                             "them, or ignore their background (their boxes count, the rest of the image "
+                             "gets no 'no object' loss)", choices=UNREVIEWED_CHOICES)
 
     def check(self) -> None:
         _require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
@@ -58,6 +63,8 @@ class DataArgs:
         _require(self.cache in CACHE_CHOICES, f"--cache must be one of {', '.join(CACHE_CHOICES)}")
         _require(self.augment_on in AUGMENT_ON_CHOICES, "--augment-on must be cpu or device")
         _require(self.workers is None or self.workers >= 0, "--workers must be >= 0")
+        _require(self.unreviewed in UNREVIEWED_CHOICES,
+                 f"--unreviewed must be one of {', '.join(UNREVIEWED_CHOICES)}, got {self.unreviewed!r}")
 
 
 @dataclass

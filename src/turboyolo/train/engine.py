@@ -68,6 +68,15 @@ class TrainState:
     skipped: int = 0  # iterations skipped for a NaN or inf loss or gradient (this process's run)
     skipped_in_a_row: int = 0
     last_checkpoint_iteration: int | None = None  # the iteration `last_checkpoint` holds
+    # images whose labels are model-made and unreviewed, trained without background loss (--unreviewed ignore)
+    no_background: frozenset[str] = frozenset()
+
+
+def _no_background(state: TrainState, metas, device: torch.device) -> torch.Tensor | None:
+    """``[B]`` bool: the batch's images in ``state.no_background`` (None when there are none)."""
+    if not state.no_background:
+        return None
+    return torch.tensor([path in state.no_background for path in metas.paths], device=device)
 
 
 @dataclass
@@ -147,7 +156,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
     while state.epoch_batches < num_batches:
         before = time.perf_counter()
         try:
-            images, targets, _ = next(iterator)
+            images, targets, metas = next(iterator)
         except StopIteration:
             break
         stats.wait_s += time.perf_counter() - before
@@ -160,7 +169,8 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         with _no_sync(state, last_micro):
             with autocast(options):
                 outputs = (state.forward or model)(x)
-            total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]))
+            total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]),
+                                   no_background=_no_background(state, metas, x.device))
             loss = total / state.images_per_iteration
             if state.scaler is not None:
                 state.scaler.scale(loss).backward()

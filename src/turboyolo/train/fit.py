@@ -160,6 +160,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     try:
         with contextlib.ExitStack() as closing:  # closed in reverse order, however the loop ends
             session = open_session(run, data, state, device, stop, closing)
+            state.no_background = frozenset(str(s.image) for s in data.train.dataset.samples if s.partial)
             reason = stop.reason(state, 0.0)
             say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} "
                 f"mini-batches/epoch; run {run.run_dir}")

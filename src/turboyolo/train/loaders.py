@@ -17,7 +17,7 @@ import numpy as np
 from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import Sample, ScanResult, scan_dataset, write_scan_report
+from turboyolo.data.scan import Sample, ScanResult, apply_unreviewed, scan_dataset, write_scan_report
 from turboyolo.formats.darknet_cfg import ModelSpec
 from turboyolo.train.config import TrainConfig
 from turboyolo.train.defaults import augment_params
@@ -50,7 +50,7 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
     """
     img_size = spec.net.width
     val_size = config.eval.val_img_size or img_size
-    train_scan = scan_dataset(config.data, "train")
+    train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
     val_scan = scan_dataset(config.data, "val", train_scan.names)
     for scan in (train_scan, val_scan):
         log(scan.console_text(report=report))
