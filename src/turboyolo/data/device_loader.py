@@ -177,11 +177,23 @@ class DeviceAugmentLoader(DetectionLoader):
                                            worker_init_fn=_worker_init)
 
 
+def device_augment_unsupported(augment: AugmentParams | None) -> str | None:
+    """None when the device path does the same augmentation as the CPU path for ``augment``; else why not.
+
+    The one answer to "may ``--augment-on device`` replace the CPU path without changing what is
+    learned?": ``--augment-on auto`` asks it, and :func:`check_device_augment` refuses an explicit
+    ``--augment-on device`` with its reason.
+    """
+    if augment is not None and augment.mosaic > 0:
+        return (f"does not build mosaics (mosaic={augment.mosaic:g}); set mosaic=0 in the cfg [net] or "
+                "--mosaic 0")
+    if augment is not None and augment.mixup > 0:
+        return f"does not blend images (mixup={augment.mixup:g}); use --mixup 0"
+    return None
+
+
 def check_device_augment(augment: AugmentParams | None) -> None:
     """Raise when ``augment`` asks for something the device path does not do."""
-    if augment is not None and augment.mosaic > 0:
-        raise DataError(f"--augment-on device does not build mosaics (mosaic={augment.mosaic}); "
-                        "set mosaic=0 in the cfg [net] or use --augment-on cpu")
-    if augment is not None and augment.mixup > 0:
-        raise DataError(f"--augment-on device does not blend images (mixup={augment.mixup}); "
-                        "use --mixup 0 or --augment-on cpu")
+    why = device_augment_unsupported(augment)
+    if why is not None:
+        raise DataError(f"--augment-on device {why}, or use --augment-on cpu")
