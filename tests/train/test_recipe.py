@@ -18,11 +18,11 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.config import HYP_OPTIONS, TrainConfig
 from turboyolo.train.defaults import resolve
-from turboyolo.train.resolve import resolve_options
 from turboyolo.train.engine import TrainState
 from turboyolo.train.fit import StopRule, fit, mixing
 from turboyolo.train.loaders import image_weights
 from turboyolo.train.loss import YoloLoss
+from turboyolo.train.resolve import resolve_options
 
 
 def _config(cfg, data, project, **changes) -> TrainConfig:
