@@ -220,3 +220,16 @@ def test_every_value_in_config_yaml_is_what_the_run_used(tmp_path, monkeypatch):
     assert "auto" not in (data_args["cache"], data_args["augment_on"])
     ckpt = torch.load(tmp_path / "runs" / "spy" / "weights" / "last.pt", weights_only=False)
     assert ckpt["config"]["data_args"] == data_args  # the checkpoint holds the same resolved values
+
+
+def test_test_reads_the_evaluation_settings_a_checkpoint_was_trained_with():
+    from turboyolo.train.metrics import EVAL_CONF_THRES, EVAL_NMS_THRES
+    from turboyolo.train.testing import TestArgs, eval_settings
+
+    saved = {"conf_thres": 0.2, "nms_thres": 0.45, "val_img_size": 96, "iou_thres": None}
+    state = {"config": {"eval": saved}}
+    assert eval_settings(state) == {"conf_thres": 0.2, "nms_thres": 0.45, "val_img_size": 96}
+    assert eval_settings(None) == {} and eval_settings({"config": {"val_img_size": 320}}) == {
+        "val_img_size": 320}
+    assert (TestArgs().conf_thres, TestArgs().nms_thres) == (None, None)  # a checkpoint's, else these:
+    assert (EVAL_CONF_THRES, EVAL_NMS_THRES) == (0.1, 0.5)  # the same as train's evaluations
