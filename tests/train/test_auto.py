@@ -13,7 +13,14 @@ from turboyolo.cli import main as cli
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.train import facts
-from turboyolo.train.auto import DATA_WAIT_TARGET, ImageCosts, Machine, choose_pipeline, predict
+from turboyolo.train.auto import (
+    DATA_WAIT_TARGET,
+    ImageCosts,
+    Machine,
+    choose_pipeline,
+    choose_subdivisions,
+    predict,
+)
 
 GIB = 2**30
 AUTO = {"cache": ("auto", "default"), "augment_on": ("auto", "default"), "workers": (None, "default")}
@@ -233,3 +240,14 @@ def test_test_reads_the_evaluation_settings_a_checkpoint_was_trained_with():
         "val_img_size": 320}
     assert (TestArgs().conf_thres, TestArgs().nms_thres) == (None, None)  # a checkpoint's, else these:
     assert (EVAL_CONF_THRES, EVAL_NMS_THRES) == (0.1, 0.5)  # the same as train's evaluations
+
+
+def test_cuda_subdivisions_take_the_largest_mini_batch_that_fits():
+    # yolov3.cfg: batch 64 in 16 subdivisions; ~300 MiB of activations per image at 416, 1 GiB of state
+    per_image, fixed = 300 * 2**20, 1 * GIB
+    assert choose_subdivisions(64, 16, 1, per_image, fixed, free_bytes=78 * GIB)[0] == 1
+    subdivisions, why = choose_subdivisions(64, 16, 1, per_image, fixed, free_bytes=10 * GIB)
+    assert subdivisions == 4 and "a mini-batch of 16 fits" in why and "the same update" in why
+    assert choose_subdivisions(64, 16, 1, per_image, fixed, free_bytes=2 * GIB) == (
+        16, "the cfg's (no larger mini-batch fits in the free device memory)")
+    assert choose_subdivisions(64, 16, 4, per_image, fixed, free_bytes=78 * GIB)[0] == 4  # 4 processes

@@ -276,3 +276,26 @@ def given_pipeline(requested: dict[str, tuple[object, str]]) -> PipelineChoice:
     values = {name: value for name, (value, _) in requested.items()}
     return PipelineChoice(str(values["cache"]), str(values["augment_on"]), int(values["workers"]), 0.0, 0.0,
                           decisions)
+
+
+MEMORY_SHARE = 0.8  # a mini-batch may take this share of the device memory free at the start
+
+
+def choose_subdivisions(batch: int, subdivisions: int, world_size: int, bytes_per_image: float,
+                        fixed_bytes: float, free_bytes: float) -> tuple[int, str]:
+    """CUDA, ``--subdivisions`` not given: the fewest subdivisions (the largest mini-batch, the fastest
+    step) whose mini-batch fits in the free device memory, as a divisor of ``batch`` that the processes
+    share; the cfg's ``subdivisions`` when none fits better. ``bytes_per_image``: the step's activation
+    memory per image; ``fixed_bytes``: the model, its gradients and the optimizer state."""
+    room = MEMORY_SHARE * free_bytes - fixed_bytes
+    for candidate in range(world_size, subdivisions + 1, world_size):
+        if batch % candidate or candidate % world_size:
+            continue
+        mini = batch // candidate
+        if mini * bytes_per_image <= room:
+            if candidate == subdivisions:
+                break
+            return candidate, (f"a mini-batch of {mini} fits in the free device memory ({_human(free_bytes)} "
+                               f"free, ~{_human(bytes_per_image)} per image): {candidate} instead of the "
+                               f"cfg's {subdivisions}, the same update")
+    return subdivisions, "the cfg's (no larger mini-batch fits in the free device memory)"

@@ -86,6 +86,28 @@ def estimate_step_s(spec: ModelSpec, img_size: int, device: torch.device) -> tup
     return 3.0 * flops / rate, f"3 x {flops / 1e9:.2f} GFLOP per image at {rate / 1e12:.2f} TFLOP/s ({how})"
 
 
+def step_memory(spec: ModelSpec, device: torch.device, amp_dtype: torch.dtype | None) -> tuple[float, float]:
+    """CUDA: (activation bytes per image of a forward + backward, bytes of the model, its gradients and
+    an Adam state), from two small mini-batches (2 and 4 images) at the training size."""
+    model = Darknet(spec).to(device)
+    size, peaks = spec.net.width, []
+    for mini in (2, 4):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        x = torch.rand(mini, 3, size, size, device=device)
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+            outputs = model(x)
+        sum(o.float().sum() for o in outputs).backward()
+        peaks.append(torch.cuda.max_memory_allocated(device) - start)
+        model.zero_grad(set_to_none=True)
+        del x, outputs
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    torch.cuda.empty_cache()
+    return max((peaks[1] - peaks[0]) / 2, 1.0), 4.0 * weights
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

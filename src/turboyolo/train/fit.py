@@ -153,8 +153,9 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     run = open_run(config, quiet)
     device = run.device
     try:
+        check_batching(run.spec, run.env.world_size)
+        choose_input_pipeline(run)  # --cache, --augment-on, --workers (and CUDA --subdivisions): or auto
         mini_batch = check_batching(run.spec, run.env.world_size)
-        choose_input_pipeline(run)  # --cache, --augment-on, --workers: given, or auto
         data = load_data(run, mini_batch)
         if run.env.is_main:
             data.write_report(run.run_dir)

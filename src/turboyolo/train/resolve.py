@@ -107,6 +107,17 @@ class ResolvedRun:
                 sources[decision.name] = f"auto: {decision.reason}"
         return dataclasses.replace(self, config=config, sources=sources, pipeline=choice)
 
+    def with_subdivisions(self, subdivisions: int, reason: str) -> ResolvedRun:
+        """The run with ``subdivisions`` chosen by ``auto`` (CUDA: the mini-batch that fits); the default
+        evaluation batch follows the mini-batch."""
+        config, spec = copy.deepcopy(self.config), self.spec.with_net(subdivisions=subdivisions)
+        config.schedule = dataclasses.replace(config.schedule, subdivisions=subdivisions)
+        sources = {**self.sources, "subdivisions": f"auto: {reason}"}
+        if sources.get("eval_batch") == "default":
+            mini = max(1, spec.net.batch // subdivisions)
+            config.eval = dataclasses.replace(config.eval, eval_batch=2 * mini)
+        return dataclasses.replace(self, config=config, spec=spec, sources=sources)
+
     def with_spec(self, spec: ModelSpec, reason: str) -> ResolvedRun:
         """The run with another network (the anchors fitted to the data); ``reason`` names why."""
         sources = {**self.sources, "anchors": reason}

@@ -31,11 +31,11 @@ from turboyolo.model.zoo import ARCHITECTURES, make_spec
 from turboyolo.rundir import next_run_dir
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
-from turboyolo.train.auto import AUTO, given_pipeline
+from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig
 from turboyolo.train.engine import TrainState
-from turboyolo.train.facts import auto_pipeline
+from turboyolo.train.facts import auto_pipeline, step_memory
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
@@ -142,6 +142,9 @@ def write_run_files(run: Run) -> None:
 def choose_input_pipeline(run: Run) -> None:
     """``--cache``, ``--augment-on`` and ``--workers``: the given ones, and for ``auto`` what rank 0
     measures and chooses (:func:`turboyolo.train.facts.auto_pipeline`), one line per choice."""
+    if run.device.type == "cuda" and run.resume_state is None and run.resolved.sources.get(
+            "subdivisions") in ("cfg", "default"):
+        choose_subdivisions_on_device(run)
     resolved, args = run.resolved, run.config.data_args
     requested = {name: (getattr(args, name), resolved.sources.get(name, "flag"))
                  for name in ("cache", "augment_on", "workers")}
@@ -156,6 +159,21 @@ def choose_input_pipeline(run: Run) -> None:
     for line in choice.lines():
         run.say(line)
     run.resolved = resolved.with_pipeline(choice)
+
+
+def choose_subdivisions_on_device(run: Run) -> None:
+    """CUDA, ``--subdivisions`` not given: the largest mini-batch of the cfg's batch that fits in the free
+    device memory (rank 0 measures, every rank takes its choice), one line saying so."""
+    net, choice = run.spec.net, None
+    if run.env.is_main:
+        amp = amp_dtype_for(run.device, run.config.runtime.amp)
+        per_image, fixed = step_memory(run.spec, run.device, amp)
+        free = torch.cuda.mem_get_info(run.device)[0]
+        choice = choose_subdivisions(net.batch, net.subdivisions, run.env.world_size, per_image, fixed, free)
+    subdivisions, reason = distributed.broadcast_object(choice)
+    run.say(f"--subdivisions {subdivisions} (auto): {reason}")
+    if subdivisions != net.subdivisions:
+        run.resolved = run.resolved.with_subdivisions(subdivisions, reason)
 
 
 def load_cfg(config: TrainConfig, say: Callable[..., None]) -> ModelSpec:
