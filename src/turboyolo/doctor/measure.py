@@ -208,7 +208,8 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
         batch=options.batch, subdivisions=options.subdivisions, img_size=options.img_size,
         cores=usable_cpus(), workers=options.workers, cached=options.cache != "none",
         augment_on=options.augment_on, dataset_images=len(scan.samples), cache_bytes=cache_bytes,
-        handoff_s=costs.handoff_s, costs=vars(costs), auto=choice.lines())
+        handoff_s=costs.handoff_s, costs=vars(costs), auto=choice.lines(),
+        device_unsupported=device_augment_unsupported(augment))
 
 
 def auto_choice(options: DoctorOptions, costs, step: dict, copy_s: float, cache_bytes: int,

@@ -82,6 +82,7 @@ class StageTimings:
     handoff_s: float = 0.0  # main-process CPU-seconds per image receiving a worker's batches
     costs: dict | None = None  # ImageCosts fields measured with the real loader (cold_s, warm_s, ...)
     auto: list | None = None  # what `auto` would choose here: its lines (reasons, predicted data-wait)
+    device_unsupported: str | None = None  # why the device path would not do this augmentation
 
     @property
     def mini_batch(self) -> int:
@@ -246,12 +247,17 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
                 f"{1000 * t.cache_read_s:.2f} ms per image, loader images/s x{f.cache_factor:.1f}",
                 cache="ram", workers=min(usable, needed))
     if t.augment_on != "device":
+        if costs.device_s is None:  # not measured (the device path does not do this augmentation): modelled
+            costs = ImageCosts(costs.cold_s, costs.warm_s, t.cache_read_s + t.device_plan_s + f.overhead,
+                               costs.handoff_s)
         device_cost = costs.cost("ram", "device")
         suggest("--cache ram --augment-on device",
                 f"the CPU only copies canvases and draws numbers ({1000 * device_cost:.2f} ms per image); "
                 "warp and colour run batched on the device"
                 + (f" (+{1000 * t.device_augment_s:.3f} ms of device time per image)" if t.device_augment_s
-                   else ""), cache="ram", augment_on="device", workers=min(usable, needed))
+                   else "")
+                + (f"; but the device path {t.device_unsupported}" if t.device_unsupported else ""),
+                cache="ram", augment_on="device", workers=min(usable, needed), with_costs=costs)
     if t.subdivisions > 1:
         suggest(f"--subdivisions 1 (mini-batch {t.batch})",
                 "whole iterations in one mini-batch: same update, fewer and larger steps "
