@@ -8,11 +8,11 @@ the data set's cache and the step's time per image, and returns a :class:`Pipeli
 per choice and the predicted data-wait. ``turboyolo doctor`` shows the same choice from the same model.
 
 The throughput model (wall-clock). A loader process spends ``cost`` CPU-seconds per image (read or
-decode, augment, collate). ``W >= 1`` workers on ``C`` cores deliver ``min(W, C - 1) / cost`` images/s
-(the main process keeps a core), and no more than the main process can take over
-(``1 / handoff``); the step consumes ``1 / step`` images/s and waits for the rest:
-``data-wait = 1 - supply / demand``. With ``W = 0`` the main process loads each batch between two steps,
-so the times add: ``data-wait = cost / (cost + step)``.
+decode, augment, collate). ``W >= 1`` workers on ``C`` cores deliver ``min(W, C - 1) / (cost + send)``
+images/s (the main process keeps a core; ``send``: a worker's cost of handing each batch over), and no
+more than the main process can take over (``1 / handoff``); the step consumes ``1 / step`` images/s
+and waits for the rest: ``data-wait = 1 - supply / demand``. With ``W = 0`` the main process loads
+each batch between two steps, so the times add: ``data-wait = cost / (cost + step)``.
 
 Rules (each explicit flag wins over its rule):
 
@@ -51,12 +51,15 @@ class ImageCosts:
         device_s: from the prepared cache, CPU side of ``--augment-on device`` (None: not measured, or the
             device path does not do this run's augmentation).
         handoff_s: main-process seconds per image receiving a worker's batch (0: not measured).
+        worker_extra_s: what a worker process pays per image beyond the in-process cost: sending each
+            batch to the main process (0: not measured).
     """
 
     cold_s: float
     warm_s: float
     device_s: float | None = None
     handoff_s: float = 0.0
+    worker_extra_s: float = 0.0
 
     def cost(self, cache: str, augment_on: str) -> float:
         if augment_on == "device" and self.device_s is not None:
@@ -129,7 +132,7 @@ def supply(costs: ImageCosts, cache: str, augment_on: str, workers: int, cores: 
     cost = max(costs.cost(cache, augment_on), 1e-9)
     if workers <= 0:
         return 1.0 / cost
-    by_workers = max(1, min(workers, cores - 1)) / cost
+    by_workers = max(1, min(workers, cores - 1)) / (cost + costs.worker_extra_s)
     return min(by_workers, 1.0 / costs.handoff_s) if costs.handoff_s > 0 else by_workers
 
 

@@ -148,7 +148,8 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
 def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
                   count: int = SAMPLE_IMAGES, multiscale=None, handoff: bool = False) -> ImageCosts:
     """The loader's CPU-seconds per image on ``count`` of ``samples``: cold, warm and device-side; with
-    ``handoff`` also the main process's share with one worker (a worker process starts: the doctor)."""
+    ``handoff`` also, with one worker, the main process's share and the worker's cost beyond the
+    in-process one (a worker process starts: the doctor does it, a run's start does not)."""
     subset = sample_subset(samples, count)
     size = max(img_size, multiscale[1] if multiscale else 0)
     with one_thread():
@@ -158,11 +159,12 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
         device = None
         if device_augment_unsupported(augment) is None:
             device, _ = loader_cpu_s(subset, img_size, batch, augment, cache, "device", multiscale=multiscale)
-        main = 0.0
+        main = extra = 0.0
         if handoff:
-            _, main = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", workers=1,
-                                   multiscale=multiscale)
-    return ImageCosts(cold, warm, device, main)
+            total, main = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", workers=1,
+                                       multiscale=multiscale)
+            extra = max(0.0, total - main - warm)
+    return ImageCosts(cold, warm, device, main, extra)
 
 
 def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
