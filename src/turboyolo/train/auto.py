@@ -63,7 +63,9 @@ class ImageCosts:
 
     def cost(self, cache: str, augment_on: str) -> float:
         if augment_on == "device" and self.device_s is not None:
-            return self.device_s if cache != "none" else self.cold_s  # without a cache: still decodes
+            if cache == "none":  # decodes as the cold path does, then only places and draws numbers
+                return max(self.cold_s - self.warm_s, 0.0) + self.device_s
+            return self.device_s
         return self.warm_s if cache != "none" else self.cold_s
 
 
