@@ -17,6 +17,7 @@ With ``W = 0`` loading and stepping take turns: ``cost / (cost + step)`` of the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -248,8 +249,7 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
                 cache="ram", workers=min(usable, needed))
     if t.augment_on != "device":
         if costs.device_s is None:  # not measured (the device path does not do this augmentation): modelled
-            costs = ImageCosts(costs.cold_s, costs.warm_s, t.cache_read_s + t.device_plan_s + f.overhead,
-                               costs.handoff_s, costs.worker_extra_s)
+            costs = dataclasses.replace(costs, device_s=t.cache_read_s + t.device_plan_s + f.overhead)
         device_cost = costs.cost("ram", "device")
         suggest("--cache ram --augment-on device",
                 f"the CPU only copies canvases and draws numbers ({1000 * device_cost:.2f} ms per image); "
@@ -266,8 +266,7 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
         small = t.img_size - 96
         scale = (small / t.img_size) ** 2  # step and augmentation scale with pixels, decode does not
         saved = f.aug * (1 - scale)
-        smaller = ImageCosts(costs.cold_s - saved, costs.warm_s - saved, costs.device_s, costs.handoff_s,
-                             costs.worker_extra_s)
+        smaller = dataclasses.replace(costs, cold_s=costs.cold_s - saved, warm_s=costs.warm_s - saved)
         suggest(f"--img-size {small}", f"{100 * (1 - scale):.0f}% fewer pixels per step and per warp "
                 "(costs accuracy)", with_costs=smaller, step_scale=scale)
     if f.checkpoint_share > CHECKPOINT_STALL_OK:

@@ -60,6 +60,15 @@ class ImageCosts:
     device_s: float | None = None
     handoff_s: float = 0.0
     worker_extra_s: float = 0.0
+    device_handoff_s: float | None = None  # the same two for the device path (None: as the CPU path's)
+    device_extra_s: float | None = None
+
+    def with_workers(self, augment_on: str) -> tuple[float, float]:
+        """(the worker's extra cost, the main process's hand-off) per image for ``augment_on``: the device
+        path reuses shared batch buffers, so its batches cost a worker and the main process less."""
+        if augment_on == "device" and self.device_s is not None and self.device_handoff_s is not None:
+            return self.device_extra_s or 0.0, self.device_handoff_s
+        return self.worker_extra_s, self.handoff_s
 
     def cost(self, cache: str, augment_on: str) -> float:
         if augment_on == "device" and self.device_s is not None:
@@ -134,8 +143,9 @@ def supply(costs: ImageCosts, cache: str, augment_on: str, workers: int, cores: 
     cost = max(costs.cost(cache, augment_on), 1e-9)
     if workers <= 0:
         return 1.0 / cost
-    by_workers = max(1, min(workers, cores - 1)) / (cost + costs.worker_extra_s)
-    return min(by_workers, 1.0 / costs.handoff_s) if costs.handoff_s > 0 else by_workers
+    extra, handoff = costs.with_workers(augment_on)
+    by_workers = max(1, min(workers, cores - 1)) / (cost + extra)
+    return min(by_workers, 1.0 / handoff) if handoff > 0 else by_workers
 
 
 def predict(costs: ImageCosts, cache: str, augment_on: str, workers: int, cores: int,

@@ -160,11 +160,16 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
         if device_augment_unsupported(augment) is None:
             device, _ = loader_cpu_s(subset, img_size, batch, augment, cache, "device", multiscale=multiscale)
         main = extra = 0.0
+        device_main = device_extra = None
         if handoff:
             total, main = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", workers=1,
                                        multiscale=multiscale)
             extra = max(0.0, total - main - warm)
-    return ImageCosts(cold, warm, device, main, extra)
+            if device is not None:
+                total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
+                                                  workers=1, multiscale=multiscale)
+                device_extra = max(0.0, total - device_main - device)
+    return ImageCosts(cold, warm, device, main, extra, device_main, device_extra)
 
 
 def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
