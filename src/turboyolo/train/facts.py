@@ -34,6 +34,7 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.train.auto import AUTO, ImageCosts, Machine, PipelineChoice, choose_pipeline, given_pipeline
 
 SAMPLE_IMAGES = 8  # training images the start-of-run measurement decodes (twice: warm-up and timed)
+WORKER_BATCHES = 24  # batches the doctor's one-worker runs time (more than a worker's buffer ring)
 # Step time from FLOPs: bf16 matrix rate of a named GPU and a YOLOv3 training utilisation.
 # H200/H100: 790 TFLOP/s measured on an H200 (989 datasheet); A100: 312 datasheet x 0.8.
 GPU_RATES = {"h200": 790e12, "h100": 790e12, "a100": 250e12}
@@ -134,13 +135,14 @@ def one_thread():
 
 
 def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
-                 cache, augment_on: str, workers: int = 0, multiscale=None) -> tuple[float, float]:
-    """(CPU-seconds per image of all loader processes, main process's share) over one timed pass of
-    ``subset`` after a warm-up batch."""
+                 cache, augment_on: str, workers: int = 0, multiscale=None,
+                 passes: int = 1) -> tuple[float, float]:
+    """(CPU-seconds per image of all loader processes, main process's share) over ``passes`` timed passes
+    of ``subset`` after a warm-up batch."""
     loader = build_loader(subset, img_size=img_size, batch_size=max(1, min(batch, len(subset))),
                           augment=augment, workers=workers, shuffle=True, cache=cache,
                           augment_on=augment_on, multiscale=multiscale, pin_memory=False)
-    m = measure_loader(loader, len(subset))
+    m = measure_loader(loader, len(subset) * passes)
     del loader
     return m.cpu_s / m.images, m.main_cpu_s / m.images
 
@@ -162,12 +164,14 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
         main = extra = 0.0
         device_main = device_extra = None
         if handoff:
+            # a worker's first batches allocate its shared buffers: time enough batches to see it settle
+            passes = max(1, -(-WORKER_BATCHES * batch // len(subset)))
             total, main = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", workers=1,
-                                       multiscale=multiscale)
+                                       multiscale=multiscale, passes=passes)
             extra = max(0.0, total - main - warm)
             if device is not None:
                 total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
-                                                  workers=1, multiscale=multiscale)
+                                                  workers=1, multiscale=multiscale, passes=passes)
                 device_extra = max(0.0, total - device_main - device)
     return ImageCosts(cold, warm, device, main, extra, device_main, device_extra)
 
