@@ -251,3 +251,19 @@ def test_cuda_subdivisions_take_the_largest_mini_batch_that_fits():
     assert choose_subdivisions(64, 16, 1, per_image, fixed, free_bytes=2 * GIB) == (
         16, "the cfg's (no larger mini-batch fits in the free device memory)")
     assert choose_subdivisions(64, 16, 4, per_image, fixed, free_bytes=78 * GIB)[0] == 4  # 4 processes
+
+
+def test_auto_changes_speed_not_what_is_learned(tmp_path, monkeypatch, isolated_cache):
+    """A run whose settings auto chose trains the same weights as the same settings given as flags."""
+    data = make_dataset(tmp_path / "data", 6, 2)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=2)
+    machine = Machine(cores=1, free_ram=64 * GIB, free_disk=100 * GIB, device="cpu")
+    calls = _inject(monkeypatch, ImageCosts(cold_s=0.001, warm_s=0.001), machine, step_s=0.5)
+    assert _train(tmp_path, data, cfg, "auto", "--max-batches", "4") == 0
+    assert _train(tmp_path, data, cfg, "flags", "--max-batches", "4", "--cache", "none", "--augment-on",
+                  "cpu", "--workers", "0") == 0
+    assert len(calls) == 1  # only the first measured
+    auto, flags = (torch.load(tmp_path / "runs" / name / "weights" / "last.pt", weights_only=False)
+                   for name in ("auto", "flags"))
+    assert auto["config"]["data_args"] == flags["config"]["data_args"]
+    assert all(torch.equal(auto["model"][key], flags["model"][key]) for key in flags["model"])
