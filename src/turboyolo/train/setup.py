@@ -28,7 +28,15 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec
-from turboyolo.rundir import next_run_dir
+from turboyolo.rundir import (
+    RESUME_OUTPUT,
+    check_outputs,
+    check_outside,
+    next_run_dir,
+    resume_run_dir,
+    reuse_note,
+    run_outputs,
+)
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
@@ -102,11 +110,11 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     env = distributed.read_env()
     quiet = quiet or not env.is_main  # one console, one log, one set of checkpoints: rank 0's
     say = (lambda *a: None) if quiet else print
-    resume_state, made_here, run_dir = None, False, None
+    resume_state, made_here = None, False
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
         saved = TrainConfig.from_dict(resume_state["config"])
-        ignored = [name for name in config.given if name not in RESUMABLE]
+        ignored = [name for name in config.given if name not in RESUMABLE + RESUME_OUTPUT]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
                 f"(only {', '.join(RESUMABLE)} may change)")
@@ -114,16 +122,26 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         sources.update({name: "flag" for name in config.given if name in RESUMABLE})
         spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
         resolved = resolve_options(saved.resumed(config), spec, say, sources)
-        run_dir = Path(config.resume).resolve().parent.parent
     else:
         resolved = resolve_options(config, load_cfg(config, say), say)
     device = distributed.device_for(env, resolve_device(resolved.config.runtime.device))  # once
     env = distributed.init(device.type)
-    if run_dir is None:
+    if config.resume:
+        run_dir, made_here, where = distributed.broadcast_object(  # the output rule of rundir.py
+            resume_run_dir(config.resume, config.output, config.given) if env.is_main else None)
+        say(f"--resume writes into {run_dir} ({where})")
+    else:
         output = config.output
+        check_outside(Path(output.project) / output.name, load_data_config(config.data).folders(),
+                      "--project")  # the output rule (rundir.py): a run never lands in its own data
         made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
+        inputs = {"--weights": config.weights, "--cfg": config.cfg, "--data": config.data,
+                  "--hyp": config.hyp}
+        check_outputs(run_outputs(run_dir), inputs, overwrite=True)  # --exist-ok never writes over them
+        if output.exist_ok and env.is_main and (note := reuse_note(run_dir)):
+            say(f"note: {note}")
     run = Run(resolved, env, device, run_dir, quiet, say, resume_state, made_here)
     for note in training_only_notes(resolved.spec):
         say(f"note: {note}")
