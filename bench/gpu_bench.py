@@ -64,16 +64,24 @@ def make_data(photos: Path, root: Path, copies: int) -> Path:
 
 
 def setup(args):
+    """The run `turboyolo train` would resolve for this cfg and batch, and its state as `build_state`
+    builds it (the doctor's code: one model, one optimizer, one loss, one step)."""
+    from turboyolo.doctor.measure import DoctorOptions, resolved_run, train_state
     from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.model.darknet import Darknet
-    from turboyolo.train.loss import YoloLoss
-    from turboyolo.train.optim import build_optimizer
 
     device = torch.device(args.device)
     spec = parse_cfg(args.cfg)
-    model = Darknet(spec).to(device).to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(model, spec.net)
-    return device, spec, model, optimizer, YoloLoss(model.heads)
+    options = DoctorOptions(img_size=args.img_size, batch=args.batch, subdivisions=1, device=device,
+                            workers=0, worker_counts=(0,), cfg=args.cfg, data=args.data or "data")
+    resolved = resolved_run(spec, options)
+    return device, resolved.spec, resolved, train_state(resolved, device)
+
+
+def step_options(device):
+    from turboyolo.train.engine import StepOptions
+
+    return StepOptions(device=device, amp_dtype=torch.bfloat16 if device.type == "cuda" else None,
+                       channels_last=True, log_interval=10, say=lambda *_: None)
 
 
 def mfu(spec, images_per_s: float, img_size: int) -> tuple[float, float]:
@@ -83,7 +91,7 @@ def mfu(spec, images_per_s: float, img_size: int) -> tuple[float, float]:
 
 def train_flops(spec, img_size: int) -> float:
     """3 x forward FLOPs of one image (forward + backward)."""
-    from turboyolo.doctor.measure import forward_flops
+    from turboyolo.train.facts import forward_flops
 
     return 3 * forward_flops(spec, img_size)
 
@@ -94,33 +102,32 @@ def amp(device):
 
 
 def ceiling(args) -> dict:
+    """`turboyolo train`'s step (engine.train_one_epoch) on one batch that stays on the device."""
+    from turboyolo.train.engine import train_one_epoch
     from turboyolo.train.gpu_monitor import GpuMonitor
 
-    device, spec, model, optimizer, loss_fn = setup(args)
-    x = torch.rand(args.batch, 3, args.img_size, args.img_size, device=device).contiguous(
-        memory_format=torch.channels_last)
+    device, spec, resolved, state = setup(args)
+    x = torch.randint(0, 255, (args.batch, 3, args.img_size, args.img_size), dtype=torch.uint8, device=device)
     targets = torch.tensor([[i, 0, 0.5, 0.5, 0.2, 0.3] for i in range(args.batch)], dtype=torch.float32)
     monitor = GpuMonitor(device, interval_s=0.2)
 
-    def step():
-        with amp(device):
-            outputs = model(x)
-        loss, _ = loss_fn(outputs, targets, (args.img_size, args.img_size))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def batches(count):
+        for _ in range(count):
+            yield x, targets, None
 
-    for _ in range(3):
-        step()
+    def run(count):
+        state.epoch_batches = 0
+        for _ in train_one_epoch(state, batches(count), count, step_options(device)):
+            pass
+
+    run(3)
     if device.type == "cuda":
         torch.cuda.synchronize()
     monitor.read()
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.seconds:
-        step()
-        steps += 1
-        if device.type == "cuda" and steps % 10 == 0:
-            torch.cuda.synchronize()
+        run(10)
+        steps += 10
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
@@ -138,21 +145,17 @@ def ours(args, augment_on: str) -> dict:
     from turboyolo.data.cache import prepare_cache
     from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.train.engine import EpochStats, StepOptions, TrainState, train_one_epoch
+    from turboyolo.train.engine import EpochStats, train_one_epoch
     from turboyolo.train.gpu_monitor import GpuMonitor
-    from turboyolo.train.optim import Schedule
 
-    device, spec, model, optimizer, loss_fn = setup(args)
+    device, spec, resolved, state = setup(args)
     samples = scan_dataset(args.data, "train").samples
     cache = prepare_cache(samples, args.img_size, None, memory="ram", workers=os.cpu_count(),
                           log=lambda *_: None)
     loader = build_loader(samples, img_size=args.img_size, batch_size=args.batch,
                           augment=AugmentParams.from_net(), workers=args.workers, shuffle=True, cache=cache,
                           augment_on=augment_on, drop_last=True)
-    state = TrainState(model=model, optimizer=optimizer, schedule=Schedule.from_net(spec.net),
-                       loss_fn=loss_fn, images_per_iteration=args.batch, subdivisions=1)
-    options = StepOptions(device=device, amp_dtype=torch.bfloat16 if device.type == "cuda" else None,
-                          channels_last=True, log_interval=10)
+    options = step_options(device)
     monitor = GpuMonitor(device, interval_s=0.2)
     results, start, epoch = [], time.perf_counter(), 0
     while time.perf_counter() - start < args.seconds + args.warmup:
@@ -186,13 +189,11 @@ def ours(args, augment_on: str) -> dict:
 def checkpoint(args) -> dict:
     from turboyolo.doctor.measure import measure_checkpoint
 
-    device, spec, model, optimizer, loss_fn = setup(args)
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()
+    device, spec, resolved, state = setup(args)
+    model = state.model
     folder = Path(args.out) / "ckpt-tmp"
     folder.mkdir(parents=True, exist_ok=True)
-    blocking, total = measure_checkpoint(model, optimizer, folder)
+    blocking, total = measure_checkpoint(state, resolved, folder)
     folder.rmdir()
     naive_start = time.perf_counter()
     torch.save(model.state_dict(), folder.parent / "naive.pth")  # what PyTorch-YOLOv3 does every epoch

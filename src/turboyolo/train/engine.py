@@ -29,7 +29,13 @@ from turboyolo.errors import TurboYoloError
 from turboyolo.model.postprocess import decode, nms_options, postprocess
 from turboyolo.train import distributed
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
-from turboyolo.train.metrics import EvalResult, evaluate_detections
+from turboyolo.train.metrics import (
+    EVAL_CONF_THRES,
+    EVAL_IOU_THRES,
+    EVAL_NMS_THRES,
+    EvalResult,
+    evaluate_detections,
+)
 from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
 from turboyolo.train.plan import Plan
 
@@ -295,9 +301,9 @@ def evaluate(
     *,
     device: torch.device,
     num_classes: int,
-    conf_thres: float = 0.25,
-    iou_thres: float = 0.5,
-    nms_thres: float = 0.5,
+    conf_thres: float = EVAL_CONF_THRES,
+    iou_thres: float = EVAL_IOU_THRES,
+    nms_thres: float = EVAL_NMS_THRES,
     eval_conf: float = 0.001,
     max_det: int = 300,
     amp_dtype: torch.dtype | None = None,
