@@ -5,6 +5,7 @@ Shapes: feature maps are ``[B, C, H, W]``; a YOLO head's output is ``[B, A, H, W
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -66,12 +67,12 @@ class DarknetBatchNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        dims = (0, 2, 3)
         ctx.input_dtype = x.dtype
         x = x.to(weight.dtype)  # statistics in the parameters' precision (float32) under autocast too
-        mean = x.mean(dims)
+        count = x.numel() // x.shape[1]
+        mean = channel_sums(x) * (1.0 / count)  # mean_cpu: the sum times the float 1/n
         centred = x - mean.view(1, -1, 1, 1)
-        var = centred.square().sum(dims) / max(x.numel() // x.shape[1] - 1, 1)
+        var = channel_sums(centred.square()) * (1.0 / max(count - 1, 1))
         normalised = centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
         ctx.save_for_backward(centred, normalised, var, weight)
         ctx.mark_non_differentiable(mean, var)
@@ -93,6 +94,26 @@ class DarknetBatchNormFunction(torch.autograd.Function):
         grad_x = (delta / std.view(1, -1, 1, 1) + (2.0 / count) * var_delta.view(1, -1, 1, 1) * centred
                   + (mean_delta / count).view(1, -1, 1, 1))
         return grad_x.to(ctx.input_dtype), grad_weight, grad_bias
+
+
+def channel_sums(values: torch.Tensor) -> torch.Tensor:
+    """Per channel, the sum of ``values`` ``[N, C, H, W]`` -> ``[C]``, as Darknet's ``mean_cpu`` and
+    ``variance_cpu`` add: one float32 at a time, image after image, row after row.
+
+    The order matters: on a 128 x 128 map a float32 sum in another order (PyTorch's) is some 1e-5 of a
+    standard deviation away from Darknet's, enough to put a pre-activation that Darknet has just above
+    the leaky ReLU's kink just below it (docs/DARKNET_TRAINING.md). On the CPU, float32 tensors are
+    summed in Darknet's order (numpy's ``cumsum`` is sequential; torch's is not); elsewhere the
+    device's own reduction is used (Darknet's GPU build does not add in this order either).
+    """
+    channels = values.shape[1]
+    if values.device.type != "cpu" or values.dtype != torch.float32:
+        return values.sum((0, 2, 3))
+    flat = values.detach().transpose(0, 1).reshape(channels, -1).numpy()
+    if flat.shape[1] == 0:
+        return values.new_zeros(channels)
+    sums = np.cumsum(flat, axis=1, dtype=np.float32)[:, -1]
+    return torch.from_numpy(np.ascontiguousarray(sums))
 
 
 def activation(name: str) -> nn.Module:

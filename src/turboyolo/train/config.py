@@ -132,6 +132,9 @@ class OptimArgs:
         _require(self.momentum is None or 0 <= self.momentum < 1, "--momentum must be in [0, 1)")
 
 
+LOADERS = ("turboyolo", "darknet")
+
+
 @dataclass
 class AugmentArgs:
     """The training augmentation; ``None`` = the cfg's value (``[net]`` angle, hue, saturation, exposure,
@@ -139,6 +142,10 @@ class AugmentArgs:
 
     augment: bool = option(True, "augment training images (--no-augment: letterbox only, for debugging)",
                            action=argparse.BooleanOptionalAction)
+    loader: str = option("turboyolo", "how training images are drawn and made: turboyolo (epochs, the "
+                         "options below) or darknet (pjreddie's load_data_detection: random list entries, "
+                         "the cfg's jitter/hue/saturation/exposure as Darknet applies them, a flip with "
+                         "--fliplr; data/darknet_loader.py)", choices=LOADERS)
     multiscale: bool = option(False, "draw the input size per batch from 0.67x..1.5x --img-size",
                               "--multiscale-training", "--multiscale", action="store_true")
     aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
