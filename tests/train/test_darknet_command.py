@@ -1,0 +1,120 @@
+"""``turboyolo train --config darknet`` as a user runs it, against ``darknet detector train`` on the same
+images, cfg and weights (the real command, the real loader: nothing replaced).
+
+The scenes (tests/darknet_scenes.py) are left-right symmetric images cut from Darknet's sample photos
+with mirrored boxes, so Darknet's run is deterministic (its flip changes nothing) and one image per list
+makes its random list draws irrelevant. Each is listed once and twice (turboyolo must draw ``batch``
+entries per iteration as Darknet does, whatever the list's length). Compared: every tensor of the
+``.weights`` file, max |our update - Darknet's| over its elements as a share of the tensor's largest
+Darknet update (less one float32 spacing of the weight), after 1 and 10 iterations.
+
+What is *not* equal and why (docs/DARKNET_TRAINING.md, "Float rounding at a ReLU kink"): a
+pre-activation that lies within float32 rounding of 0 can take the other slope of the leaky ReLU in one
+program; such a scene moves one tensor's update by percents. The test reports every scene's figure and
+holds the bar on each.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from darknet_scenes import SCENE_PHOTOS, make_scene
+from darknet_training import FIXTURE, tensor_layout
+from turboyolo.formats.darknet_weights import read_weights
+
+ONE_ITERATION, TEN_ITERATIONS = 1e-3, 1e-2
+pytestmark = [pytest.mark.slow, pytest.mark.darknet,
+              pytest.mark.skipif(shutil.which("darknet") is None, reason="darknet binary not installed"),
+              pytest.mark.skipif(not (FIXTURE.parent.exists()), reason="no fixture")]
+
+
+def write_run(work, images: list, iterations: int):
+    """t.data, train.cfg (the fixture's, max_batches = iterations) and the list of ``images``."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "train.txt").write_text("".join(f"{path}\n" for path in images))
+    (work / "backup").mkdir(exist_ok=True)
+    (work / "t.data").write_text(f"classes=80\ntrain={work}/train.txt\nvalid={work}/train.txt\n"
+                                 f"names=/usr/share/darknet/data/coco.names\nbackup={work}/backup\n")
+    cfg = (FIXTURE / "train.cfg").read_text().replace("max_batches=10", f"max_batches={iterations}")
+    (work / "train.cfg").write_text(cfg)
+
+
+def darknet_weights(work, image, iterations: int, weights) -> np.ndarray:
+    write_run(work, [image], iterations)
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    subprocess.run(["darknet", "detector", "train", "t.data", "train.cfg", str(weights), "-clear"],
+                   cwd=work, env=env, capture_output=True, check=False)  # it segfaults on exit here
+    return read_weights(work / "backup" / "train_final.weights")[1]
+
+
+def turboyolo_weights(work, images: list, iterations: int, weights) -> np.ndarray:
+    from turboyolo.cli import main as cli
+
+    write_run(work, images, iterations)
+    assert cli(["train", "--config", "darknet", "--cfg", str(work / "train.cfg"), "--data",
+                str(work / "t.data"), "--weights", str(weights), "--max-batches", str(iterations),
+                # where the run goes and no evaluation or plots: nothing that changes the training
+                "--device", "cpu", "--project", str(work), "--name", "run", "--evaluation-interval", "0",
+                "--checkpoint-interval", "0", "--workers", "0"]) == 0
+    return read_weights(work / "run" / "weights" / "last.weights")[1]
+
+
+def update_errors(ours: np.ndarray, start: np.ndarray, theirs: np.ndarray) -> dict[str, float]:
+    errors, offset = {}, 0
+    for name, size in tensor_layout():
+        part = slice(offset, offset + size)
+        offset += size
+        base = start[part].astype(np.float64)
+        mine, dk = ours[part] - base, theirs[part] - base
+        scale = np.abs(dk).max()
+        spacing = np.spacing(np.maximum(np.abs(start[part]), np.abs(theirs[part]))).astype(np.float64)
+        gap = np.maximum(np.abs(mine - dk) - spacing, 0)
+        errors[name] = float(gap.max() / scale) if scale > 0 else 0.0
+    return errors
+
+
+# Measured kink flips (docs/DARKNET_TRAINING.md, item 13: Darknet's and turboyolo's pre-activations on
+# opposite sides of 0 within 1e-7 of the layer's scale); strict, so a fix that removes them shows.
+KINK_FLIPS = {
+    "dog0_256": "L00, L02, L04, L06 pre-activations within 2e-6 of 0: L06.bias 1.8e-2",
+    "giraffe2_256": "an L18 pre-activation within 3e-7 of 0: L18.bias 8.7e-2",
+    "horses3_256": "an L00 pre-activation within 3e-7 of 0: L04.weight 1.3e-3",
+    "person5_512": "an L00 pre-activation within 9e-7 of 0: L02.bias 1.0e-2",
+}
+
+
+def _case(photo: str, seed: int, iterations: int):
+    size = 512 if photo == "person" else 256
+    name = f"{photo}{seed}_{size}"
+    flips = KINK_FLIPS.get(name)
+    marks = [pytest.mark.xfail(strict=True, reason=f"kink flip: {flips}")] if flips else []
+    return pytest.param((photo, seed, size), iterations, marks=marks, id=f"{name}-{iterations}")
+
+
+# after 10 iterations: the scenes measured so far (each pair of runs takes some minutes on 2 cores)
+CASES = [_case(photo, seed, 1) for seed, photo in enumerate(SCENE_PHOTOS)] + [_case("eagle", 1, 10)]
+
+
+@pytest.mark.parametrize(("scene", "iterations"), CASES)
+def test_command_matches_darknet(tmp_path, tiny_weights, scene, iterations):
+    photo, seed, size = scene
+    image = make_scene(photo, seed, tmp_path / "scene", size)
+    _, start = read_weights(tiny_weights)
+    theirs = darknet_weights(tmp_path / "darknet", image, iterations, tiny_weights)
+    bar = ONE_ITERATION if iterations == 1 else TEN_ITERATIONS
+    runs = {}
+    for listed in (1, 2):
+        ours = runs[listed] = turboyolo_weights(tmp_path / f"ours{listed}", [image] * listed, iterations,
+                                                tiny_weights)
+        if listed == 2:  # `batch` draws per iteration whatever the list's length: the same batches
+            assert np.array_equal(runs[1], ours), "listing the image twice changed the run"
+        errors = update_errors(ours, start, theirs)
+        worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
+        print(f"{image.name} listed {listed}x, {iterations} iteration(s): worst {worst}")
+        assert worst[0][1] <= bar, (f"{image.name} listed {listed}x: after {iterations} iteration(s) "
+                                    f"{worst[0][0]} differs by {worst[0][1]:.2e} of its largest update")
