@@ -78,26 +78,13 @@ def update_errors(ours: np.ndarray, start: np.ndarray, theirs: np.ndarray) -> di
     return errors
 
 
-# Measured kink flips (docs/DARKNET_TRAINING.md, item 13: Darknet's and turboyolo's pre-activations on
-# opposite sides of 0 within 1e-7 of the layer's scale); strict, so a fix that removes them shows.
-KINK_FLIPS = {
-    "dog0_256": "L00, L02, L04, L06 pre-activations within 2e-6 of 0: L06.bias 1.8e-2",
-    "giraffe2_256": "an L18 pre-activation within 3e-7 of 0: L18.bias 8.7e-2",
-    "horses3_256": "an L00 pre-activation within 3e-7 of 0: L04.weight 1.3e-3",
-    "person5_512": "an L00 pre-activation within 9e-7 of 0: L02.bias 1.0e-2",
-}
-
-
 def _case(photo: str, seed: int, iterations: int):
     size = 512 if photo == "person" else 256
     name = f"{photo}{seed}_{size}"
-    flips = KINK_FLIPS.get(name)
-    marks = [pytest.mark.xfail(strict=True, reason=f"kink flip: {flips}")] if flips else []
-    return pytest.param((photo, seed, size), iterations, marks=marks, id=f"{name}-{iterations}")
+    return pytest.param((photo, seed, size), iterations, id=f"{name}-{iterations}")
 
 
-# after 10 iterations: the scenes measured so far (each pair of runs takes some minutes on 2 cores)
-CASES = [_case(photo, seed, 1) for seed, photo in enumerate(SCENE_PHOTOS)] + [_case("eagle", 1, 10)]
+CASES = [_case(photo, seed, iterations) for iterations in (1, 10) for seed, photo in enumerate(SCENE_PHOTOS)]
 
 
 @pytest.mark.parametrize(("scene", "iterations"), CASES)
