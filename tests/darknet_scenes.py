@@ -61,6 +61,16 @@ def scene_boxes(rng: np.random.Generator) -> list[tuple[int, int, int, int, int]
     return boxes
 
 
+def scene_half(photo: str, seed: int) -> tuple[np.ndarray, str]:
+    """The left half (RGB uint8 256 x 128) and the labels text of the scene of ``photo`` and ``seed``."""
+    out = Path(__import__("tempfile").mkdtemp())
+    path = make_scene(photo, seed, out, 256)
+    import cv2
+
+    half = cv2.imread(str(path))[:, :128, ::-1]
+    return np.ascontiguousarray(half), (out / "labels" / path.with_suffix(".txt").name).read_text()
+
+
 def make_scene(photo: str, seed: int, out: Path, size: int = 256) -> Path:
     """Write ``out/images/<photo><seed>_<size>.png`` and its labels; return the image path."""
     import cv2
@@ -73,18 +83,25 @@ def make_scene(photo: str, seed: int, out: Path, size: int = 256) -> Path:
     y0, x0 = int(rng.integers(0, height - crop_h + 1)), int(rng.integers(0, width - crop_w + 1))
     half = cv2.resize(np.ascontiguousarray(image[y0:y0 + crop_h, x0:x0 + crop_w]), (128, 256),
                       interpolation=cv2.INTER_AREA)
+    rows = [f"{c} {x / 256:.8g} {cy / 256:.8g} {w / 256:.8g} {h / 256:.8g}"
+            for c, cx, cy, w, h in scene_boxes(rng) for x in (cx, 256 - cx)]
+    return write_scene(half, "\n".join(rows) + "\n", out, f"{photo}{seed}_{size}", size)
+
+
+def write_scene(half: np.ndarray, labels: str, out: Path, name: str, size: int = 256) -> Path:
+    """The scene of the RGB ``half`` (256 x 128) as ``out/images/<name>.png`` (``size`` 256 or 512) with its
+    ``labels`` text; returns the image path."""
+    import cv2
+
     full = np.concatenate([half, half[:, ::-1]], 1)
     if size == 512:
         full = np.repeat(full, 2, axis=1)
         full = cv2.resize(full, (512, 512), interpolation=cv2.INTER_LINEAR)
     elif size != 256:
         raise ValueError("scenes are 256 or 512 px")
-    name = f"{photo}{seed}_{size}"
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "labels").mkdir(parents=True, exist_ok=True)
     path = out / "images" / f"{name}.png"
     cv2.imwrite(str(path), np.ascontiguousarray(full[:, :, ::-1]))
-    rows = [f"{c} {x / 256:.8g} {cy / 256:.8g} {w / 256:.8g} {h / 256:.8g}"
-            for c, cx, cy, w, h in scene_boxes(rng) for x in (cx, 256 - cx)]
-    (out / "labels" / f"{name}.txt").write_text("\n".join(rows) + "\n")
+    (out / "labels" / f"{name}.txt").write_text(labels)
     return path

@@ -23,14 +23,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from darknet_scenes import SCENE_PHOTOS, make_scene
+from darknet_scenes import PHOTOS, SCENE_PHOTOS, make_scene, write_scene
 from darknet_training import FIXTURE, tensor_layout
 from turboyolo.formats.darknet_weights import read_weights
 
 ONE_ITERATION, TEN_ITERATIONS = 1e-3, 1e-2
-pytestmark = [pytest.mark.slow, pytest.mark.darknet,
-              pytest.mark.skipif(shutil.which("darknet") is None, reason="darknet binary not installed"),
-              pytest.mark.skipif(not (FIXTURE.parent.exists()), reason="no fixture")]
+SCENE_FIXTURE = FIXTURE / "scenes"  # make_scene_reference.py: the scenes' halves and Darknet's weights
+pytestmark = pytest.mark.slow
+live = [pytest.mark.darknet,
+        pytest.mark.skipif(shutil.which("darknet") is None or not PHOTOS.exists(),
+                           reason="darknet binary (and its sample photos) not installed")]
 
 
 def write_run(work, images: list, iterations: int):
@@ -78,21 +80,63 @@ def update_errors(ours: np.ndarray, start: np.ndarray, theirs: np.ndarray) -> di
     return errors
 
 
-def _case(photo: str, seed: int, iterations: int):
-    size = 512 if photo == "person" else 256
-    name = f"{photo}{seed}_{size}"
-    return pytest.param((photo, seed, size), iterations, id=f"{name}-{iterations}")
+SCENES = [(photo, seed, 512 if photo == "person" else 256) for seed, photo in enumerate(SCENE_PHOTOS)]
 
 
-CASES = [_case(photo, seed, iterations) for iterations in (1, 10) for seed, photo in enumerate(SCENE_PHOTOS)]
+def _case(photo: str, seed: int, size: int, iterations: int):
+    return pytest.param((photo, seed, size), iterations, id=f"{photo}{seed}_{size}-{iterations}", marks=live)
+
+
+CASES = [_case(*scene, iterations) for iterations in (1, 10) for scene in SCENES]
 
 
 @pytest.mark.parametrize(("scene", "iterations"), CASES)
 def test_command_matches_darknet(tmp_path, tiny_weights, scene, iterations):
+    """Live: the installed binary and turboyolo on each scene, every element of every tensor."""
     photo, seed, size = scene
     image = make_scene(photo, seed, tmp_path / "scene", size)
-    _, start = read_weights(tiny_weights)
     theirs = darknet_weights(tmp_path / "darknet", image, iterations, tiny_weights)
+    _assert_agrees(tmp_path, tiny_weights, image, iterations,
+                   lambda ours, start: update_errors(ours, start, theirs))
+
+
+def _fixture_cases():
+    return sorted(path.stem for path in SCENE_FIXTURE.glob("*.png"))
+
+
+@pytest.mark.parametrize("iterations", [1, 10])
+@pytest.mark.parametrize("name", _fixture_cases())
+def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name, iterations):
+    """Without the binary: the same comparison at the elements the fixture keeps (make_scene_reference.py:
+    each tensor's 4 largest Darknet updates and 12 random elements, and its largest update)."""
+    import cv2
+
+    half = cv2.imread(str(SCENE_FIXTURE / f"{name}.png"))[:, :, ::-1]
+    image = write_scene(np.ascontiguousarray(half), (SCENE_FIXTURE / f"{name}.txt").read_text(),
+                        tmp_path / "scene", name, int(name.rsplit("_", 1)[1]))
+    with np.load(SCENE_FIXTURE / "scenes.npz") as data:
+        stored = {key: data[key] for key in data.files if key.startswith(f"{name}/{iterations}/")}
+
+    def errors(ours, start):
+        result, offset = {}, 0
+        for tensor, count in tensor_layout():
+            key = f"{name}/{iterations}/{tensor}"
+            index, value = stored[f"{key}/index"], stored[f"{key}/value"]
+            base = start[offset:offset + count][index].astype(np.float64)
+            mine = ours[offset:offset + count][index]
+            spacing = np.spacing(np.maximum(np.abs(base), np.abs(value))).astype(np.float64)
+            gap = np.maximum(np.abs((mine - base) - (value - base)) - spacing, 0)
+            scale = float(stored[f"{key}/scale"])
+            result[tensor] = float(gap.max() / scale) if scale > 0 else 0.0
+            offset += count
+        return result
+
+    _assert_agrees(tmp_path, tiny_weights, image, iterations, errors)
+
+
+def _assert_agrees(tmp_path, tiny_weights, image, iterations, errors_of) -> None:
+    """turboyolo on ``image`` listed once and twice: the same weights, within the bar of Darknet's."""
+    _, start = read_weights(tiny_weights)
     bar = ONE_ITERATION if iterations == 1 else TEN_ITERATIONS
     runs = {}
     for listed in (1, 2):
@@ -100,7 +144,7 @@ def test_command_matches_darknet(tmp_path, tiny_weights, scene, iterations):
                                                 tiny_weights)
         if listed == 2:  # `batch` draws per iteration whatever the list's length: the same batches
             assert np.array_equal(runs[1], ours), "listing the image twice changed the run"
-        errors = update_errors(ours, start, theirs)
+        errors = errors_of(ours, start)
         worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
         print(f"{image.name} listed {listed}x, {iterations} iteration(s): worst {worst}")
         assert worst[0][1] <= bar, (f"{image.name} listed {listed}x: after {iterations} iteration(s) "

@@ -151,4 +151,9 @@ def test_config_darknet_through_the_command_line(tmp_path, capsys):
     assert (runtime["bn_train"], runtime["bn_momentum"], runtime["ema"], runtime["clip_norm"],
             runtime["amp"]) == ("darknet", 0.02, False, 0, "off")  # --bn-momentum given too: the flag wins
     assert (saved["augment"]["mosaic"], saved["augment"]["aug_scale"]) == (0, [1, 1])
-    assert "schedule: darknet (--schedule darknet): SGD" in capsys.readouterr().out
+    assert (saved["augment"]["loader"], saved["augment"]["fliplr"], runtime["arithmetic"]) == (
+        "darknet", 0.5, "darknet")
+    out = capsys.readouterr().out
+    assert "schedule: darknet (--schedule darknet): SGD" in out
+    # said once at the start: Darknet's draws, and the cfg's jitter etc. that make them random
+    assert out.count("loader: darknet (pjreddie's load_data_detection): 4 list entries") == 1
