@@ -115,19 +115,19 @@ def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name, iteration
     image = write_scene(np.ascontiguousarray(half), (SCENE_FIXTURE / f"{name}.txt").read_text(),
                         tmp_path / "scene", name, int(name.rsplit("_", 1)[1]))
     with np.load(SCENE_FIXTURE / "scenes.npz") as data:
-        stored = {key: data[key] for key in data.files if key.startswith(f"{name}/{iterations}/")}
+        key = f"{name}/{iterations}"
+        scales, indices, values = data[f"{key}/scale"], data[f"{key}/index"], data[f"{key}/value"]
 
     def errors(ours, start):
         result, offset = {}, 0
-        for tensor, count in tensor_layout():
-            key = f"{name}/{iterations}/{tensor}"
-            index, value = stored[f"{key}/index"], stored[f"{key}/value"]
-            base = start[offset:offset + count][index].astype(np.float64)
+        for row, (tensor, count) in enumerate(tensor_layout()):
+            index, value = indices[row], values[row]
+            base = start[offset:offset + count][index]
             mine = ours[offset:offset + count][index]
-            spacing = np.spacing(np.maximum(np.abs(base), np.abs(value))).astype(np.float64)
+            spacing = np.spacing(np.maximum(np.abs(base), np.abs(value))).astype(np.float64)  # float32's
+            base, value = base.astype(np.float64), value.astype(np.float64)
             gap = np.maximum(np.abs((mine - base) - (value - base)) - spacing, 0)
-            scale = float(stored[f"{key}/scale"])
-            result[tensor] = float(gap.max() / scale) if scale > 0 else 0.0
+            result[tensor] = float(gap.max() / scales[row]) if scales[row] > 0 else 0.0
             offset += count
         return result
 

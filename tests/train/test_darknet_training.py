@@ -85,8 +85,10 @@ def test_fixture_is_a_deterministic_fixed_batch(reference):
 
 
 def test_one_iteration_matches_darknet(tiny_weights, reference):
+    """With PyTorch's arithmetic, to stay fast: the fixture's batch has no element within float rounding of
+    the leaky ReLU's kink, so it agrees as well (the recipe's --arithmetic darknet: the slow tests)."""
     printout, updates = reference
-    steps = run_steps(tiny_weights, 1)
+    steps = run_steps(tiny_weights, 1, arithmetic="torch")
     _assert_figures_agree(steps, printout, 1)
     _assert_updates_agree(steps, 1, ONE_ITERATION, updates, tiny_weights)
 
