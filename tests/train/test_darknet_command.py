@@ -8,10 +8,12 @@ entries per iteration as Darknet does, whatever the list's length). Compared: ev
 ``.weights`` file, max |our update - Darknet's| over its elements as a share of the tensor's largest
 Darknet update (less one float32 spacing of the weight), after 1 and 10 iterations.
 
-What is *not* equal and why (docs/DARKNET_TRAINING.md, "Float rounding at a ReLU kink"): a
-pre-activation that lies within float32 rounding of 0 can take the other slope of the leaky ReLU in one
-program; such a scene moves one tensor's update by percents. The test reports every scene's figure and
-holds the bar on each.
+What is *not* equal and why (docs/DARKNET_TRAINING.md, item 13): with the recipe's ``--arithmetic
+darknet`` the forward pass is Darknet's to the bit, so no pre-activation takes the other slope of the
+leaky ReLU in the first iteration; the backward passes still add in different orders, so from the second
+iteration on the weights differ by float rounding and a tie can flip again (measured up to 8.6e-3 after
+10 iterations on these scenes). Where the binary is not installed, the committed fixture
+(tests/fixtures/darknet_train/scenes) stands in for it, compared at 16 elements of each tensor.
 """
 
 from __future__ import annotations
@@ -54,16 +56,28 @@ def darknet_weights(work, image, iterations: int, weights) -> np.ndarray:
     return read_weights(work / "backup" / "train_final.weights")[1]
 
 
-def turboyolo_weights(work, images: list, iterations: int, weights) -> np.ndarray:
+def turboyolo_weights(work, images: list, iterations: int, weights) -> dict[int, np.ndarray]:
+    """The command's weights after each iteration (one image listed once or twice at batch 2: an epoch is
+    one iteration, and ``--checkpoint-interval 1`` keeps every epoch's)."""
     from turboyolo.cli import main as cli
+    from turboyolo.formats.darknet_cfg import parse_cfg
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.model.loading import checkpoint_model_state, read_checkpoint
 
     write_run(work, images, iterations)
     assert cli(["train", "--config", "darknet", "--cfg", str(work / "train.cfg"), "--data",
                 str(work / "t.data"), "--weights", str(weights), "--max-batches", str(iterations),
-                # where the run goes and no evaluation or plots: nothing that changes the training
+                # where the run goes, no evaluation, every epoch's weights: nothing that changes the training
                 "--device", "cpu", "--project", str(work), "--name", "run", "--evaluation-interval", "0",
-                "--checkpoint-interval", "0", "--workers", "0"]) == 0
-    return read_weights(work / "run" / "weights" / "last.weights")[1]
+                "--checkpoint-interval", "1", "--workers", "0"]) == 0
+    model = Darknet(parse_cfg(work / "train.cfg"))
+    found = {}
+    for epoch in range(1, iterations + 1):
+        model.load_state_dict(checkpoint_model_state(read_checkpoint(
+            work / "run" / "weights" / f"epoch{epoch}.pt"), prefer_ema=False))
+        found[epoch] = model.flat_weights()
+    assert np.array_equal(found[iterations], read_weights(work / "run" / "weights" / "last.weights")[1])
+    return found
 
 
 def update_errors(ours: np.ndarray, start: np.ndarray, theirs: np.ndarray) -> dict[str, float]:
@@ -81,32 +95,28 @@ def update_errors(ours: np.ndarray, start: np.ndarray, theirs: np.ndarray) -> di
 
 
 SCENES = [(photo, seed, 512 if photo == "person" else 256) for seed, photo in enumerate(SCENE_PHOTOS)]
+RUNS = (1, 10)  # iterations compared
 
 
-def _case(photo: str, seed: int, size: int, iterations: int):
-    return pytest.param((photo, seed, size), iterations, id=f"{photo}{seed}_{size}-{iterations}", marks=live)
-
-
-CASES = [_case(*scene, iterations) for iterations in (1, 10) for scene in SCENES]
-
-
-@pytest.mark.parametrize(("scene", "iterations"), CASES)
-def test_command_matches_darknet(tmp_path, tiny_weights, scene, iterations):
+@pytest.mark.parametrize("scene", [pytest.param(scene, id=f"{scene[0]}{scene[1]}_{scene[2]}", marks=live)
+                                   for scene in SCENES])
+def test_command_matches_darknet(tmp_path, tiny_weights, scene):
     """Live: the installed binary and turboyolo on each scene, every element of every tensor."""
     photo, seed, size = scene
     image = make_scene(photo, seed, tmp_path / "scene", size)
-    theirs = darknet_weights(tmp_path / "darknet", image, iterations, tiny_weights)
-    _assert_agrees(tmp_path, tiny_weights, image, iterations,
-                   lambda ours, start: update_errors(ours, start, theirs))
+    theirs = {run: darknet_weights(tmp_path / f"darknet{run}", image, run, tiny_weights) for run in RUNS}
+    _assert_agrees(tmp_path, tiny_weights, image,
+                   lambda ours, start, run: update_errors(ours, start, theirs[run]))
 
 
 def _fixture_cases():
     return sorted(path.stem for path in SCENE_FIXTURE.glob("*.png"))
 
 
-@pytest.mark.parametrize("iterations", [1, 10])
+@pytest.mark.skipif(shutil.which("darknet") is not None and PHOTOS.exists(),
+                    reason="the live comparison runs instead (test_command_matches_darknet)")
 @pytest.mark.parametrize("name", _fixture_cases())
-def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name, iterations):
+def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name):
     """Without the binary: the same comparison at the elements the fixture keeps (make_scene_reference.py:
     each tensor's 4 largest Darknet updates and 12 random elements, and its largest update)."""
     import cv2
@@ -115,10 +125,11 @@ def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name, iteration
     image = write_scene(np.ascontiguousarray(half), (SCENE_FIXTURE / f"{name}.txt").read_text(),
                         tmp_path / "scene", name, int(name.rsplit("_", 1)[1]))
     with np.load(SCENE_FIXTURE / "scenes.npz") as data:
-        key = f"{name}/{iterations}"
-        scales, indices, values = data[f"{key}/scale"], data[f"{key}/index"], data[f"{key}/value"]
+        stored = {run: (data[f"{name}/{run}/scale"], data[f"{name}/{run}/index"], data[f"{name}/{run}/value"])
+                  for run in RUNS}
 
-    def errors(ours, start):
+    def errors(ours, start, run):
+        scales, indices, values = stored[run]
         result, offset = {}, 0
         for row, (tensor, count) in enumerate(tensor_layout()):
             index, value = indices[row], values[row]
@@ -131,21 +142,23 @@ def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name, iteration
             offset += count
         return result
 
-    _assert_agrees(tmp_path, tiny_weights, image, iterations, errors)
+    _assert_agrees(tmp_path, tiny_weights, image, errors)
 
 
-def _assert_agrees(tmp_path, tiny_weights, image, iterations, errors_of) -> None:
-    """turboyolo on ``image`` listed once and twice: the same weights, within the bar of Darknet's."""
+def _assert_agrees(tmp_path, tiny_weights, image, errors_of) -> None:
+    """turboyolo on ``image`` listed once and twice: the same weights, and within the bar of Darknet's
+    after 1 and 10 iterations (``errors_of(ours, start, iterations)``: per tensor)."""
     _, start = read_weights(tiny_weights)
-    bar = ONE_ITERATION if iterations == 1 else TEN_ITERATIONS
     runs = {}
     for listed in (1, 2):
-        ours = runs[listed] = turboyolo_weights(tmp_path / f"ours{listed}", [image] * listed, iterations,
-                                                tiny_weights)
+        runs[listed] = turboyolo_weights(tmp_path / f"ours{listed}", [image] * listed, max(RUNS),
+                                         tiny_weights)
         if listed == 2:  # `batch` draws per iteration whatever the list's length: the same batches
-            assert np.array_equal(runs[1], ours), "listing the image twice changed the run"
-        errors = errors_of(ours, start)
-        worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
-        print(f"{image.name} listed {listed}x, {iterations} iteration(s): worst {worst}")
-        assert worst[0][1] <= bar, (f"{image.name} listed {listed}x: after {iterations} iteration(s) "
-                                    f"{worst[0][0]} differs by {worst[0][1]:.2e} of its largest update")
+            assert all(np.array_equal(runs[1][run], runs[2][run]) for run in RUNS), "listed twice: changed"
+        for run in RUNS:
+            bar = ONE_ITERATION if run == 1 else TEN_ITERATIONS
+            errors = errors_of(runs[listed][run], start, run)
+            worst = sorted(errors.items(), key=lambda item: -item[1])[:3]
+            print(f"{image.name} listed {listed}x, {run} iteration(s): worst {worst}")
+            assert worst[0][1] <= bar, (f"{image.name} listed {listed}x: after {run} iteration(s) "
+                                        f"{worst[0][0]} differs by {worst[0][1]:.2e} of its largest update")
