@@ -6,6 +6,9 @@ Sections:
   ours-cpu    turboyolo's loader (--cache ram, CPU augmentation) + engine.train_one_epoch
   ours-device the same with --augment-on device
   checkpoint  how long a full-state save (model + optimizer) blocks training, and until it is on disk
+  train-auto  `turboyolo train` as a user runs it, no loader flags (the automatic choices, where the run
+              makes them; else the defaults): images/s and data-wait of its epochs after the first
+  train-tuned the same with the hand-tuned `--cache ram --augment-on device`
   table       the Markdown table of every section's JSON (also $OUT/table.md)
 
 MFU = 3 x forward FLOPs per image x images/s / 790 TFLOP/s (the bf16 matrix rate measured on an H200)
@@ -34,6 +37,9 @@ def write(out: Path, section: str, values: dict) -> None:
 
 
 def make_data(photos: Path, root: Path, copies: int) -> Path:
+    """Every photo copied ``copies`` times (copies, not links: the scan lists a linked file once)."""
+    import shutil
+
     from turboyolo.formats.labels import write_yolo_labels
 
     files = sorted(p for p in photos.iterdir() if p.suffix.lower() in (".jpg", ".jpeg"))
@@ -44,7 +50,7 @@ def make_data(photos: Path, root: Path, copies: int) -> Path:
         for photo in files:
             link = root / "images" / f"{photo.stem}_{copy}.jpg"
             if not link.exists():
-                link.symlink_to(photo.resolve())
+                shutil.copyfile(photo, link)
             boxes = np.hstack([np.zeros((3, 1)), rng.uniform(0.2, 0.8, (3, 2)),
                                rng.uniform(0.05, 0.3, (3, 2))])
             write_yolo_labels(root / "labels" / f"{link.stem}.txt", boxes)
@@ -132,7 +138,7 @@ def ours(args, augment_on: str) -> dict:
     from turboyolo.data.cache import prepare_cache
     from turboyolo.data.pipeline import build_loader
     from turboyolo.data.scan import scan_dataset
-    from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
+    from turboyolo.train.engine import EpochStats, StepOptions, TrainState, train_one_epoch
     from turboyolo.train.gpu_monitor import GpuMonitor
     from turboyolo.train.optim import Schedule
 
@@ -153,7 +159,10 @@ def ours(args, augment_on: str) -> dict:
         loader.set_epoch(epoch)
         state.epoch_batches = 0
         began = time.perf_counter() - start
-        stats = train_one_epoch(state, monitor.wrap(loader), len(loader), options)
+        epoch_stats = EpochStats(device)
+        for _ in train_one_epoch(state, monitor.wrap(loader), len(loader), options, epoch_stats):
+            pass  # a generator since the training library's restructuring: run the epoch to its end
+        stats = epoch_stats.summary()
         gpu = monitor.read()
         if began >= args.warmup:  # whole epochs that started after the warm-up (workers, cuDNN, caches)
             results.append((stats, gpu))
@@ -193,12 +202,60 @@ def checkpoint(args) -> dict:
             "pytorch_yolov3_torch_save_s": naive}
 
 
+# The train-* rows: the same augmentation in both (mosaic 1, train's default on the CPU path), the
+# loader settings the only difference; the first epoch (cache build, workers, cuDNN) is left out.
+TRAIN_ROWS = {"train-auto": (), "train-tuned": ("--cache", "ram", "--augment-on", "device")}
+
+
+def train_cli(args, name: str) -> dict:
+    """``turboyolo train`` in its own process, as typed; its results.csv's epochs after the first."""
+    import csv
+    import subprocess
+    import tempfile
+
+    flags = TRAIN_ROWS[name]
+    with tempfile.TemporaryDirectory() as project:
+        command = [sys.executable, "-m", "turboyolo", "train", "--cfg", args.cfg, "--data", args.data,
+                   "--epochs", str(args.epochs), "--mosaic", "1", "--evaluation-interval", "0",
+                   "--checkpoint-interval", "0", "--project", project, "--device", args.device, *flags]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.train_timeout)
+            code, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as err:  # the epochs done so far still count
+            code, output = f"timed out after {args.train_timeout:g} s", _text(err.stdout) + _text(err.stderr)
+        (Path(args.out) / f"{name}.log").write_text(output)
+        results = sorted(Path(project).glob("*/results.csv"))
+        rows = list(csv.DictReader(results[0].open())) if results else []
+        chosen = [line for line in output.splitlines() if "(auto)" in line][:6]  # the start lines
+    later = rows[1:]
+    if not later:
+        return {"error": f"turboyolo train: exit {code}, {len(rows)} epoch(s) done (see {name}.log)"}
+    rate = float(np.mean([float(r["images_per_s"]) for r in later]))
+    from turboyolo.formats.darknet_cfg import parse_cfg
+
+    m790, m989 = mfu(parse_cfg(args.cfg), rate, args.img_size)
+
+    def mean(key):
+        values = [float(r[key]) for r in later if r.get(key) not in (None, "")]
+        return float(np.mean(values)) if values else None
+
+    gpu_util = mean("gpu_util")
+    return {"what": f"turboyolo train {' '.join(flags) or '(no loader flags)'}, epochs 2-{len(rows)}",
+            "images_per_s": rate, "data_wait": mean("data_wait"), "gpu_util": gpu_util,
+            "gpu_idle": mean("gpu_idle"), "mfu_790": m790, "mfu_989": m989, "epochs": len(later),
+            "auto_lines": chosen}
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+
+
 def table(out: Path) -> str:
     rows, rates = [], {}
     flops = None
     if (out / "ceiling.json").exists():
         flops = json.loads((out / "ceiling.json").read_text()).get("train_flops_per_image")
-    for name in ("ceiling", "pyyolo", "ours-cpu", "ours-device"):
+    for name in ("ceiling", "pyyolo", "ours-cpu", "ours-device", *TRAIN_ROWS):
         path = out / f"{name}.json"
         if not path.exists():
             rows.append(f"| {name} | (missing) | | | | |")
@@ -233,6 +290,12 @@ def table(out: Path) -> str:
                 parts.append(f"{r['images_per_s'] / rates['pyyolo']['images_per_s']:.1f}x PyTorch-YOLOv3 "
                              "(target >= 10)")
             targets.append(f"- {name}: " + ", ".join(parts))
+    if "train-auto" in rates and "train-tuned" in rates:
+        auto, tuned = rates["train-auto"], rates["train-tuned"]
+        ratio = auto["images_per_s"] / tuned["images_per_s"]
+        targets.append(f"- turboyolo train, no loader flags vs hand-tuned: {ratio:.2f}x the images/s, "
+                       f"data-wait {100 * (auto['data_wait'] or 0):.1f}% vs "
+                       f"{100 * (tuned['data_wait'] or 0):.1f}% (target: auto <= 5%, >= 0.95x hand-tuned)")
     if targets:
         text += "\n" + "\n".join(targets) + "\n"
     ckpt = out / "checkpoint.json"
@@ -259,6 +322,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=8)
+    parser.add_argument("--epochs", type=int, default=4, help="train-* sections: epochs of the run")
+    parser.add_argument("--train-timeout", type=float, default=240, help="train-* sections: seconds")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     out = Path(args.out)
@@ -269,7 +334,8 @@ def main() -> int:
         print(table(out))
         return 0
     functions = {"ceiling": ceiling, "ours-cpu": lambda a: ours(a, "cpu"),
-                 "ours-device": lambda a: ours(a, "device"), "checkpoint": checkpoint}
+                 "ours-device": lambda a: ours(a, "device"), "checkpoint": checkpoint,
+                 **{name: (lambda a, name=name: train_cli(a, name)) for name in TRAIN_ROWS}}
     try:
         values = functions[args.section](args)
     except Exception as err:  # noqa: BLE001 - one failed section must not cost the others

@@ -40,6 +40,7 @@ class DarknetBatchSampler(torch.utils.data.Sampler):
         self.batches_per_iteration = max(batches_per_iteration, 1)
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.epoch, self.start, self.mix = 0, 0, False
+        self.pool_batches = 0  # no mosaic partners: the loader requests one batch at a time
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import cv2
 import torch
@@ -103,6 +104,45 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
+def train_default_augment() -> AugmentParams:
+    """The augmentation ``turboyolo train`` uses on a stock cfg without flags: the cfg's ``[net]`` colour
+    values, jitter 0.3, flips, and a mosaic per sample (``DEFAULT_MOSAIC``)."""
+    from turboyolo.train.defaults import DEFAULT_MOSAIC
+
+    return AugmentParams.from_net(mosaic=DEFAULT_MOSAIC)
+
+
+class BenchRow(NamedTuple):
+    """One row of ``turboyolo bench data``: its label, whether it reads the prepared cache, the
+    augmentation (None: letterbox only) and where augmentation runs."""
+
+    label: str
+    warm: bool
+    augment: AugmentParams | None
+    where: str = "cpu"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return ("warm" if self.warm else "cold", self.label)
+
+
+def bench_rows(augment_on: str = "both") -> list[BenchRow]:
+    """What ``turboyolo bench data`` measures, ``train``'s default first (named so), then the faster
+    settings beside it, each named by the flags that select it."""
+    default, plain = train_default_augment(), AugmentParams.from_net(mosaic=0.0)
+    rows = []
+    if augment_on in ("cpu", "both"):
+        rows += [BenchRow("train's default: --cache none, --augment-on cpu, mosaic 1", False, default),
+                 BenchRow("--cache none, mosaic 0", False, plain),
+                 BenchRow("--cache ram|disk (prepared cache), mosaic 1", True, default),
+                 BenchRow("--cache ram|disk, mosaic 0", True, plain),
+                 BenchRow("--cache ram|disk, no augmentation (evaluation)", True, None)]
+    if augment_on in ("device", "both"):
+        rows.append(BenchRow("--cache ram|disk --augment-on device, mosaic 0 (CPU side)", True, plain,
+                             "device"))
+    return rows
+
+
 def run_bench(
     data: str | Path,
     *,
@@ -118,8 +158,10 @@ def run_bench(
     """``turboyolo bench data``: the data pipeline's images/s and images per core, each row given to ``log``
     as it is measured (the table ``turboyolo bench data`` prints).
 
-    Measures cold (original files) and warm (prepared cache) x augment / no augment with CPU
-    augmentation, the CPU side of device augmentation (warm), and the hand-off.
+    The first row is what ``turboyolo train`` does without flags (original files decoded in the loader,
+    CPU augmentation with mosaic); the others are the settings that make it cheaper (a prepared cache,
+    mosaic off, device augmentation), each labelled with its flags (:func:`bench_rows`); then the
+    hand-off. Every row also counts the decodes per image.
 
     Args:
         data: a .data, data.yaml or image folder.
@@ -128,8 +170,8 @@ def run_bench(
         cache_dir: the prepared cache for the warm rows (default: a temporary folder, built first).
         augment_on: ``cpu``, ``device`` or ``both``: which augmentation mode(s) to measure.
     Returns:
-        :class:`Measurement` keyed by (``cold``/``warm``, ``augment``/``no augment``/``device augment``),
-        and ``"handoff_ms"``: main-process ms per image.
+        :class:`Measurement` keyed by :attr:`BenchRow.key` (``cold``/``warm``, the row's label), and
+        ``"handoff_ms"``: main-process ms per image.
     """
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
@@ -142,24 +184,21 @@ def run_bench(
         log(f"bench data: {len(samples)} images, img-size {img_size}, workers {workers}, batch {batch_size}, "
             f"{images} images per row; CPU {cpu_model()}, {os.cpu_count()} cores")
         results = {}
-        augment = AugmentParams.from_net()
-        rows = []
-        if augment_on in ("cpu", "both"):
-            rows += [(p, c, a, g, "cpu") for p, c in (("cold", None), ("warm", cache))
-                     for a, g in (("augment", augment), ("no augment", None))]
-        if augment_on in ("device", "both"):
-            rows.append(("warm", cache, "device augment", augment, "device"))
-        for path_name, path_cache, aug_name, aug, where in rows:
-            loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=aug,
-                                  workers=workers, shuffle=True, cache=path_cache, augment_on=where)
+        for row in bench_rows(augment_on):
+            loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=row.augment,
+                                  workers=workers, shuffle=True, cache=cache if row.warm else None,
+                                  augment_on=row.where)
             m = measure_loader(loader, images)
+            # decodes of every batch delivered: the measured ones and the warm-up batch before them
+            decodes = sum(loader.decoded.values()) / (m.images + min(batch_size, len(samples)))
             del loader
-            results[(path_name, aug_name)] = m
-            source = "original files" if path_cache is None else "prepared cache"
-            label = f"{path_name} ({source}), {aug_name}" + (" (CPU side)" if where == "device" else "")
-            log(f"  {label:<50} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core")
-        loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=augment,
-                              workers=max(1, workers), shuffle=True, cache=cache)
+            results[row.key] = m
+            label = ("warm: " if row.warm else "cold: ") + row.label
+            log(f"  {label:<72} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core  "
+                f"{decodes:.2f} decodes per image")
+        loader = build_loader(samples, img_size=img_size, batch_size=batch_size,
+                              augment=train_default_augment(), workers=max(1, workers), shuffle=True,
+                              cache=cache)
         handoff = measure_loader(loader, images)
         del loader
         log(f"  hand-off (main process, receive + collate + pin): {handoff.main_ms_per_image:.3f} ms per "
