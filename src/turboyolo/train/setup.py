@@ -301,6 +301,8 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
             module.momentum = runtime.bn_momentum
         if isinstance(module, DarknetBatchNorm2d):
             module.darknet_training = runtime.bn_train == "darknet"
+        if hasattr(module, "darknet_arithmetic"):  # ConvBlock, DarknetBatchNorm2d
+            module.darknet_arithmetic = runtime.arithmetic == "darknet"
     if runtime.sync_bn and env.enabled:
         model = distributed.convert_sync_batchnorm(model, device)
     model.to(device)
