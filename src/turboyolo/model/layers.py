@@ -140,8 +140,24 @@ class DarknetMaxPool(nn.Module):
         before = spec.padding // 2
         self.pad = (before, spec.padding - before, before, spec.padding - before)
 
+    def pad_is_read(self, height: int, width: int) -> bool:
+        """Whether a window of the pool reaches into the padding at this input size.
+
+        Darknet's output has ``(side + padding - size) // stride + 1`` positions per side; when nothing is
+        padded before and the last window ends inside the input, the -inf border is never read (YOLOv3-tiny's
+        stride-2 pools on even sides), and pooling the unpadded input gives the same numbers and gradients
+        without the copy.
+        """
+        if self.pad[0] or self.pad[2]:
+            return True
+        for side, padding in ((height, self.pad[3]), (width, self.pad[1])):
+            positions = (side + padding - self.size) // self.stride + 1
+            if (positions - 1) * self.stride + self.size > side:
+                return True
+        return False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if any(self.pad):
+        if any(self.pad) and self.pad_is_read(x.shape[-2], x.shape[-1]):
             x = F.pad(x, self.pad, value=float("-inf"))
         return F.max_pool2d(x, self.size, self.stride)
 

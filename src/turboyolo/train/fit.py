@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from turboyolo.data.loader import default_workers
-from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.devices import amp_dtype_for, channels_last_for, resolve_device
 from turboyolo.errors import OutputError, TrainingInterrupted, printable
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg
 from turboyolo.model.loading import (
@@ -206,7 +206,7 @@ def open_session(run: Run, data: RunData, state: TrainState, device: torch.devic
     closing.callback(progress.close)
     closing.callback(_report_broken_files, run, data)
     options = StepOptions(device=device, amp_dtype=amp_dtype_for(device, config.runtime.amp),
-                          clip_norm=config.runtime.clip_norm, channels_last=config.runtime.channels_last,
+                          clip_norm=config.runtime.clip_norm, channels_last=channels_last_for(device, config.runtime.channels_last),
                           log_interval=config.output.log_interval, say=run.say)
     advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
                               default_workers() + 1)
