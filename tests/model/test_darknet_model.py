@@ -83,8 +83,8 @@ def test_darknet_maxpool_skips_only_an_unread_pad(size, stride, padding, channel
         x = torch.randint(-3, 3, (2, 3, height, width), generator=gen).float()
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        grad = torch.randn(2, 3, (height + padding - size) // stride + 1, (width + padding - size) // stride + 1,
-                           generator=gen)
+        out_h, out_w = (height + padding - size) // stride + 1, (width + padding - size) // stride + 1
+        grad = torch.randn(2, 3, out_h, out_w, generator=gen)
         ours, reference = x.clone().requires_grad_(), x.clone().requires_grad_()
         out = pool(ours)
         expected = F.max_pool2d(F.pad(reference, pool.pad, value=float("-inf")), size, stride)

@@ -126,6 +126,23 @@ class ConvBlock(nn.Module):
             x = self.bn(x)
         return self.act(x)
 
+    @torch.no_grad()
+    def fold_batchnorm(self) -> None:
+        """Fold the batch norm's inference (Darknet's ``scale = weight / (sqrt(running_var) + 1e-6)``,
+        ``shift = bias - running_mean * scale``) into the convolution, computed in float64: one
+        convolution with a bias instead of convolution, multiply and add. For inference copies only:
+        the block no longer trains or writes Darknet ``.weights`` as before."""
+        if self.bn is None:
+            return
+        bn, conv = self.bn, self.conv
+        scale = bn.weight.double() / (bn.running_var.double().sqrt() + DARKNET_BN_EPS)
+        shift = bn.bias.double() - bn.running_mean.double() * scale
+        folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                           groups=conv.groups, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
+        folded.weight.copy_((conv.weight.double() * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype))
+        folded.bias.copy_(shift.to(conv.weight.dtype))
+        self.conv, self.bn = folded, None
+
 
 class DarknetMaxPool(nn.Module):
     """Darknet's max-pool: padding split ``padding // 2`` before, the rest after, and never counted.

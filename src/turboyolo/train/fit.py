@@ -206,7 +206,8 @@ def open_session(run: Run, data: RunData, state: TrainState, device: torch.devic
     closing.callback(progress.close)
     closing.callback(_report_broken_files, run, data)
     options = StepOptions(device=device, amp_dtype=amp_dtype_for(device, config.runtime.amp),
-                          clip_norm=config.runtime.clip_norm, channels_last=channels_last_for(device, config.runtime.channels_last),
+                          clip_norm=config.runtime.clip_norm,
+                          channels_last=channels_last_for(device, config.runtime.channels_last),
                           log_interval=config.output.log_interval, say=run.say)
     advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
                               default_workers() + 1)
