@@ -96,7 +96,7 @@ def darknet_resize(image: torch.Tensor, new_w: int, new_h: int) -> torch.Tensor:
     Two quirks are kept because they move scores: the last column copies the last source column,
     and the last row gets only the ``(1 - dy)`` term (nearly black when float32 puts it just below
     the last source row). Only the source pixels that some output reads are gathered and converted
-    (four ``new_h x new_w`` gathers), so the cost does not grow with the photo's size; every output is
+    (rows, then columns), so the cost does not grow with the photo's size; every output is
     the same float32 expression as Darknet's.
     """
     height, width = image.shape[:2]
@@ -105,11 +105,12 @@ def darknet_resize(image: torch.Tensor, new_w: int, new_h: int) -> torch.Tensor:
     dx, dy = dx.view(1, -1, 1), dy.view(-1, 1, 1)
 
     def columns(rows: torch.Tensor) -> torch.Tensor:
-        left = image[rows[:, None], ix[None, :]].float().div_(255.0)
+        source = image.index_select(0, rows)
+        left = source.index_select(1, ix).float().div_(255.0)
         if width == 1:
             return left
-        part = left.mul_(1 - dx).add_(image[rows[:, None], ix1[None, :]].float().div_(255.0).mul_(dx))
-        part[:, -1] = image[rows, width - 1].float().div_(255.0)
+        part = left.mul_(1 - dx).add_(source.index_select(1, ix1).float().div_(255.0).mul_(dx))
+        part[:, -1] = source[:, width - 1].float().div_(255.0)
         return part
 
     out = columns(iy).mul_(1 - dy)
