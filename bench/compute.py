@@ -310,10 +310,80 @@ def detect_table(args) -> list[str]:
     return lines
 
 
+def gpu_section(seconds: float = 8.0) -> dict:
+    """The CUDA side (bench/gpu.sh): yolov3 416 batch 32 training step under bf16 autocast, NCHW vs
+    channels_last vs channels_last + torch.compile; detection forward batch 1 and 8, plain model vs the
+    inference copy (BN folded) vs the copy in channels_last. Wall time per call after CUDA syncs. Without
+    CUDA (a dry run of the code) it runs yolov3-tiny on the CPU at 64 px, batch 2, briefly."""
+    import turboyolo  # noqa: F401, I001 - sets THP_MEM_ALLOC_ENABLE first, as the CLI does
+    import torch
+
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.model.zoo import make_spec
+    from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
+    from turboyolo.train.loss import YoloLoss
+    from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+
+    cuda = torch.cuda.is_available()
+    device, size, batch = (torch.device("cuda"), 416, 32) if cuda else (torch.device("cpu"), 64, 2)
+    seconds = seconds if cuda else 0.2
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    arch = "yolov3" if cuda else "yolov3-tiny"
+    spec = make_spec(arch, num_classes=80, width=size, height=size, batch=batch, subdivisions=1)
+    result: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu (dry run)"}
+
+    def timed(call, warmup: int = 3) -> float:
+        for _ in range(warmup):
+            call()
+        sync()
+        count, begin = 0, time.perf_counter()
+        while time.perf_counter() - begin < seconds:
+            call()
+            count += 1
+        sync()
+        return 1000 * (time.perf_counter() - begin) / count
+
+    images = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
+    for variant in ("nchw", "channels_last", "channels_last+compile")[: 3 if cuda else 2]:
+        torch.manual_seed(0)
+        model = Darknet(spec).to(device)
+        channels_last = variant != "nchw"
+        if channels_last:
+            model.to(memory_format=torch.channels_last)
+        state = TrainState(model=model, optimizer=build_optimizer(model, spec.net),
+                           schedule=Schedule.from_net(spec.net), loss_fn=YoloLoss(model.heads),
+                           images_per_iteration=batch, subdivisions=1, ema=ModelEMA(model))
+        if "compile" in variant:
+            state.forward = torch.compile(model)
+        options = StepOptions(device=device, amp_dtype=torch.bfloat16, channels_last=channels_last,
+                              log_interval=10**9, say=lambda _: None)
+        data = iter(lambda: (images, targets_for(batch), None), None)
+        steps = train_one_epoch(state, data, 10**9, options)
+        begin = time.perf_counter()
+        next(steps)
+        result[f"train first step s, {variant}"] = time.perf_counter() - begin
+        result[f"train ms/step, {variant}"] = timed(lambda steps=steps: next(steps))
+    model = Darknet(spec).to(device).eval()
+    copies = {"plain": model, "folded": model.inference_copy(),
+              "folded channels_last": model.inference_copy(channels_last=True)}
+    for count in (1, 8):
+        x = torch.rand(count, 3, size, size, device=device)
+        for name, net in copies.items():
+            for dtype in (torch.float32, torch.float16 if cuda else torch.bfloat16):
+                net = net.to(dtype)
+                inputs = x.to(dtype)
+                if "channels_last" in name:
+                    inputs = inputs.contiguous(memory_format=torch.channels_last)
+                with torch.inference_mode():
+                    ms = timed(lambda net=net, inputs=inputs: net(inputs))
+                result[f"detect forward ms, batch {count}, {name}, {str(dtype)[6:]}"] = ms
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", default="all",
-                        choices=("all", "train", "detect", "peak", "train-worker"))
+                        choices=("all", "train", "detect", "peak", "train-worker", "gpu"))
     parser.add_argument("worker_args", nargs="*")
     parser.add_argument("--ultra-python", default=next((p for p in ULTRA_PYTHONS if Path(p).is_file()), ""),
                         help="Python of a venv with ultralytics (empty: no ultralytics rows)")
@@ -332,6 +402,9 @@ def main() -> int:
 
         torch.set_num_threads(1)
         print(json.dumps(peak_rates()))
+        return 0
+    if args.what == "gpu":
+        print(json.dumps(gpu_section(), indent=1))
         return 0
     if args.what == "train-worker":
         size, batch, steps, warmup, variant = args.worker_args

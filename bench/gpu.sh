@@ -5,6 +5,7 @@
 #   turboyolo, --cache ram, CPU augmentation                      -> $OUT/ours-cpu.json
 #   turboyolo, --cache ram, --augment-on device                   -> $OUT/ours-device.json
 #   checkpoint stall                                               -> $OUT/checkpoint.json
+#   channels_last / compile / folded inference copy (compute.py)   -> $OUT/compute.json
 # then prints the table ($OUT/table.md). Each JSON is written as soon as its section ends.
 # Prepare first, here: bash bench/gpu_prepare.sh; then
 #   run(command="bash bench/gpu.sh", carry=["bench/wheels", "bench/photos"], timeout_s=420)
@@ -51,5 +52,9 @@ mkdir -p "$WORK/pyyolo"
 $PY bench/gpu_bench.py ours-cpu "${COMMON[@]}"
 $PY bench/gpu_bench.py ours-device "${COMMON[@]}"
 $PY bench/gpu_bench.py checkpoint "${COMMON[@]}"
+# the compute section (bench/compute.py gpu): channels_last / torch.compile on the CUDA training step, the
+# folded inference copy and channels_last for detection -> $OUT/compute.json (about 2 minutes)
+timeout 300 $PY bench/compute.py gpu > "$OUT/compute.json" 2> "$OUT/compute.log" \
+  || echo '{"error": "compute section failed or timed out, see compute.log"}' > "$OUT/compute.json"
 $PY bench/gpu_bench.py table --out "$OUT"
 rm -rf "$WORK"
