@@ -49,6 +49,11 @@ from ultralytics.cfg import get_cfg
 from ultralytics.utils.torch_utils import ModelEMA
 from torch.utils.flop_counter import FlopCounterMode
 size, batch, steps, warmup = (int(v) for v in sys.argv[1:5])
+def tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    values = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else []
+    return [t for value in values for t in tensors(value)]
 torch.manual_seed(0)
 model = DetectionModel("yolov3-tinyu.yaml", nc=80, verbose=False)
 model.args = get_cfg()
@@ -60,7 +65,7 @@ model.train()
 gflops = counter.get_total_flops() / 1e9
 with FlopCounterMode(display=False) as counter:
     out = model(torch.zeros(batch, 3, size, size))
-    sum(o.sum() for o in (out if isinstance(out, (list, tuple)) else [out])).backward()
+    sum(t.sum() for t in tensors(out) if t.requires_grad).backward()
 model.zero_grad(set_to_none=True)
 train_gflops = counter.get_total_flops() / 1e9
 params = sum(p.numel() for p in model.parameters())
@@ -229,15 +234,17 @@ def detect_models(arch: str, work: Path) -> tuple[Path, Path, str]:
     from turboyolo.errors import AssetError
     from turboyolo.formats.darknet_cfg import write_cfg
     from turboyolo.model.darknet import Darknet
-    from turboyolo.model.loading import save_darknet_weights
+    from turboyolo.model.loading import init_head_priors, save_darknet_weights
     from turboyolo.model.zoo import make_spec
 
     spec = make_spec(arch, num_classes=80, width=416, height=416, batch=1, subdivisions=1)
     cfg = write_cfg(spec, work / f"{arch}.cfg")
     try:
         return cfg, assets.fetch(arch, verbose=False), "official"
-    except AssetError:
-        return cfg, save_darknet_weights(Darknet(spec), work / f"{arch}.weights"), "random"
+    except AssetError:  # random weights, with the trainer's objectness priors (few boxes, as trained ones)
+        model = Darknet(spec)
+        init_head_priors(model, {head.layer_index - 1 for head in model.heads})
+        return cfg, save_darknet_weights(model, work / f"{arch}.weights"), "random"
 
 
 def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, dict[str, float]]:
