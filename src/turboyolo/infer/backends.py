@@ -94,11 +94,11 @@ class OnnxRunner:
 
     name = "onnxruntime"
 
-    def __init__(self, model: Darknet, img_size: tuple[int, int]):
+    def __init__(self, model: Darknet, img_size: tuple[int, int], say=print):
         import onnxruntime
 
         folded = model.inference_copy().float().cpu()
-        self.path = cached_export(folded, img_size)
+        self.path = cached_export(folded, img_size, say)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
@@ -111,7 +111,7 @@ class OnnxRunner:
         return [torch.from_numpy(out) for out in self.session.run(None, {"images": images})]
 
 
-def cached_export(folded: Darknet, img_size: tuple[int, int]) -> Path:
+def cached_export(folded: Darknet, img_size: tuple[int, int], say=print) -> Path:
     """The ONNX file of ``folded`` at ``img_size`` (raw heads, dynamic batch), exported on first use into
     ``<cache>/onnx/<hash>.onnx``; the hash covers the cfg, every weight, the size and the versions."""
     digest = hashlib.sha256()
@@ -124,9 +124,10 @@ def cached_export(folded: Darknet, img_size: tuple[int, int]) -> Path:
     path = cache_dir() / "onnx" / f"{digest.hexdigest()[:32]}.onnx"
     if path.is_file():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    say(f"exporting the network for onnxruntime into {path} (once per model and input size)")
     partial = path.with_name(f".{path.stem}.{os.getpid()}.onnx")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         options = ExportOptions(img_size=img_size, dynamic_batch=True, exporter="torchscript")
         export_onnx(folded, partial, options)
         os.replace(partial, path)
@@ -149,5 +150,5 @@ def make_runner(name: str, model: Darknet, device: torch.device, dtype: torch.dt
                 img_size: tuple[int, int], say=print) -> TorchRunner | OnnxRunner:
     """The runner ``--backend name`` gives on this device (see :func:`choose_backend`)."""
     if choose_backend(name, device, dtype, say) == "onnxruntime":
-        return OnnxRunner(model, img_size)
+        return OnnxRunner(model, img_size, say)
     return TorchRunner(model, device, dtype)
