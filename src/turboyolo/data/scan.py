@@ -32,13 +32,13 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from turboyolo.assets import cache_dir
-from turboyolo.data.autolabels import count_model_made
+from turboyolo.data.autolabels import label_status, read_manifest
 from turboyolo.data.decode import probe_image
 from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import (
@@ -65,6 +65,7 @@ class Sample:
     image: Path
     labels: np.ndarray
     hw: tuple[int, int] | None = None
+    partial: bool = False  # its boxes are model-made and unreviewed: no background loss (--unreviewed ignore)
 
 
 @dataclass
@@ -89,7 +90,11 @@ class ScanResult:
     found: int = 0
     background: int = 0
     cached: int = 0
-    model_made: int = 0  # label files written by `turboyolo label` and not edited since
+    model_made: int = 0  # label files written by `turboyolo label`, neither edited nor reviewed since
+    reviewed: int = 0  # label files a person saved in `turboyolo review`, unchanged since
+    human: int = 0  # the other label files (drawn or edited by a person, or from elsewhere)
+    unreviewed: list[str] = field(default_factory=list)  # images whose labels are model-made, unreviewed
+    unreviewed_rule: str = ""  # what the split did with them (`turboyolo train --unreviewed`), when not kept
     bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
     source: str = ""
@@ -109,8 +114,9 @@ class ScanResult:
                 f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded"
                 f"{f' ({self.bad_label_lines} bad label lines)' if self.bad_label_lines else ''}, "
                 f"{len(self.fixed)} fixed")
-        if self.model_made:
-            line += f", {self.model_made} label files model-made (not yet reviewed)"
+        if self.model_made or self.reviewed:
+            line += (f", label files: {self.human} human, {self.reviewed} reviewed, {self.model_made} "
+                     f"model-made (not yet reviewed{self.unreviewed_rule})")
         if self.warnings:
             line += f", {len(self.warnings)} warnings"
         if self.cached:
@@ -328,11 +334,16 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
                         source=source, warnings=list(notes))
     seen: set[str] = set()
+    label_owner: dict[str, Path] = {}
     for image in images:
         if str(image) in seen:
             result.excluded.append((str(image), "listed twice (second entry ignored)"))
             continue
         seen.add(str(image))
+        owner = label_owner.setdefault(str(entries[str(image)].key[2]), image)
+        if owner != image:  # a.jpg and a.png: one label file read for two images
+            result.warnings.append(f"{image}: reads the same label file {entries[str(image)].key[2]} as "
+                                   f"{owner.name}; rename one image unless they are one picture")
         entry = entries[str(image)]
         if entry.warning:
             result.warnings.append(entry.warning)
@@ -345,8 +356,74 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
         if len(entry.labels) == 0:
             result.background += 1
         result.samples.append(Sample(image, entry.labels, entry.hw))
-    result.model_made = count_model_made(label_path_for(s.image) for s in result.samples)[0]
+    count_label_statuses(result)
     return result
+
+
+def count_label_statuses(result: ScanResult) -> None:
+    """Fill ``result``'s human / reviewed / model-made counts and its unreviewed images from the label
+    files' provenance (:mod:`turboyolo.data.autolabels`); one manifest read per labels folder."""
+    manifests: dict[Path, dict] = {}
+    counts = {"model": 0, "reviewed": 0, "human": 0, "none": 0}
+    for sample in result.samples:
+        label = label_path_for(sample.image)
+        status = label_status(label, manifests.setdefault(label.parent, read_manifest(label.parent)))
+        counts[status] += 1
+        if status == "model":
+            result.unreviewed.append(str(sample.image))
+    result.model_made, result.reviewed, result.human = counts["model"], counts["reviewed"], counts["human"]
+
+
+UNREVIEWED_CHOICES = ("include", "exclude", "ignore")
+
+
+def apply_unreviewed(result: ScanResult, rule: str) -> ScanResult:
+    """What a split's model-made, unreviewed labels do in training (``turboyolo train --unreviewed``):
+    ``include`` keeps them as labels, ``exclude`` leaves their images out, ``ignore`` keeps their boxes
+    but gives the rest of those images no background ("no object") loss (:attr:`Sample.partial`)."""
+    if rule not in UNREVIEWED_CHOICES:
+        raise DataError(f"--unreviewed must be one of {', '.join(UNREVIEWED_CHOICES)}, got {rule!r}")
+    if rule == "include" or not result.unreviewed:
+        return result
+    unreviewed = set(result.unreviewed)
+    if rule == "exclude":
+        result.samples = [s for s in result.samples if str(s.image) not in unreviewed]
+        result.unreviewed_rule = "; their images left out: --unreviewed exclude"
+    else:
+        result.samples = [replace(s, partial=True) if str(s.image) in unreviewed else s
+                          for s in result.samples]
+        result.unreviewed_rule = "; their background ignored: --unreviewed ignore"
+    return result
+
+
+def _own_split_only(images: list[Path], config, split: str, notes: list[str]) -> list[Path]:
+    """``images`` less those a link brought in from another split's folder (``images/train/v -> ../val``, or
+    a file link to one of its images): evaluating on training images, or training on validation ones, is
+    never what a link meant.
+    Folders shared by both splits (an image folder data set) are left alone; one warning per folder."""
+    def real_folders(name: str) -> list[str]:
+        return [os.path.realpath(s) + os.sep for s in config.split(name) if Path(s).is_dir()]
+
+    mine = real_folders(split)
+    others = [o for o in real_folders("val" if split == "train" else "train")
+              if not any(o.startswith(m) or m.startswith(o) for m in mine)]
+    if not others:
+        return images
+    parents: dict[Path, str] = {}
+    kept, dropped = [], {}
+    for image in images:
+        real = parents.setdefault(image.parent, os.path.realpath(image.parent) + os.sep)
+        if os.path.islink(image):  # a file link into the other split's folder counts as well
+            real = os.path.realpath(image)
+        other = next((o for o in others if real.startswith(o)), None)
+        if other is None or any(real.startswith(m) for m in mine):
+            kept.append(image)
+        else:
+            dropped.setdefault(other, []).append(image)
+    for other, lost in dropped.items():
+        notes.append(f"{lost[0]}: {len(lost)} image(s) of the other split's folder {other.rstrip(os.sep)}, "
+                     f"reached through a link; not listed in {split}")
+    return kept
 
 
 def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = None, *,
@@ -376,6 +453,7 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     notes: list[str] = []
     for source in config.split(split):
         images += list_images(source, notes)
+    images = _own_split_only(images, config, split, notes)
     if not images:
         raise DataError(f"{data_path}: the {split} split lists no images; check its {split} entry")
     cache_path = _cache_file(data_path, split) if use_cache else None

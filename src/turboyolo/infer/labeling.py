@@ -2,7 +2,7 @@
 
 Never overwrites a label file unless asked (``overwrite``); every written file is recorded in its
 folder's manifest (:mod:`turboyolo.data.autolabels`) so the data set's scan can count model-made labels
-apart from human ones. A review list goes to the run directory: ``review.csv`` and
+apart from human ones. A review list goes to the run directory: ``review.csv``, ``classes.names`` and
 ``contact_sheet.jpg``, lowest confidence first (images with no detection before all others), so a
 person checks the least certain labels first. :func:`run_label` is the whole job (``turboyolo label``).
 """
@@ -19,13 +19,14 @@ import numpy as np
 from turboyolo.data.autolabels import record_model_labels
 from turboyolo.data.decode import load_image, save_image
 from turboyolo.draw import draw_boxes
-from turboyolo.errors import ConfigError, DataError, printable
-from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, resolve
-from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
+from turboyolo.errors import printable
+from turboyolo.formats.datasets import SPLITS, label_path_for, load_data_config, split_folders, split_images
+from turboyolo.formats.labels import boxes_to_yolo_rows, write_names, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.options import RunDirArgs, option, require
+from turboyolo.rundir import check_outside, clear_previous_outputs, record_outputs
 
-SPLITS = ("unlabeled", "train", "val")
+SHARED = "not labelled"  # review status of an image whose label file another image of the split has
 
 
 @dataclass
@@ -75,11 +76,14 @@ class LabelReport:
         """Two lines: the counts (labelled, with no box, kept, unreadable) and where the review is."""
         written = [r for r in self.rows if r.status == "written"]
         kept = sum(r.status == "kept" for r in self.rows)
+        shared = sum(r.status.startswith(SHARED) for r in self.rows)
         boxes = sum(len(r.scores) for r in written)
         return (
             f"{len(self.rows)} images: {len(written)} labelled by the model ({boxes} boxes, "
             f"{sum(len(r.scores) == 0 for r in written)} with none), {kept} kept their existing labels, "
-            f"{len(self.rows) - len(written) - kept} unreadable\n"
+            f"{len(self.rows) - len(written) - kept - shared} unreadable"
+            + (f", {shared} not labelled: another image has the same label file (see review.csv)"
+               if shared else "") + "\n"
             f"review (lowest confidence first): {self.out_dir}/review.csv, contact_sheet.jpg"
         )
 
@@ -100,32 +104,6 @@ class ReviewRow:
         return float(self.scores.mean()) if len(self.scores) else 0.0
 
 
-def split_images(data: str | Path, split: str) -> list[Path]:
-    """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
-    key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
-    if split not in SPLITS:
-        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    config = load_data_config(data)
-    if split == "unlabeled":
-        value = config.extra.get("unlabeled")
-        if value is None:
-            if Path(data).is_dir():
-                sources = [Path(data)]
-            else:
-                raise ConfigError(
-                    f"{data}: no `unlabeled` entry; add `unlabeled: <image folder>` or pass a folder"
-                )
-        else:
-            items = value if isinstance(value, list) else [value]
-            sources = [resolve(str(v), config.root) for v in items]
-    else:
-        sources = config.split(split)
-    images = [image for source in sources for image in list_images(source)]
-    if not images:
-        raise DataError(f"{data}: the {split} split has no images")
-    return images
-
-
 def run_label(request: LabelRequest) -> LabelReport:
     """``turboyolo label``: a model's detections as YOLO labels for the images of a split without one.
 
@@ -140,8 +118,15 @@ def run_label(request: LabelRequest) -> LabelReport:
                                half=args.half, backend=args.backend)
     names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
     classes = class_indices(args.class_filter, names)
+    if request.out_dir is None:  # its contact sheet inside the image folder would become an image
+        check_outside(Path(request.run_dir.project or "runs/label") / request.run_dir.name,
+                      split_folders(request.data, request.label.split), "--project")
     out_dir = request.out_dir or request.run_dir.make("label")
+    clear_previous_outputs(out_dir)  # --exist-ok: the last review list goes, never mixed with this one
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
+    write_names(out_dir / "classes.names", names)  # `turboyolo review <run dir>` shows the classes by name
+    written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg", out_dir / "classes.names")
+    record_outputs(out_dir, [path for path in written if path.exists()])
     return LabelReport(out_dir, rows)
 
 
@@ -151,9 +136,14 @@ def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, labe
     row per image, lowest confidence first, and writes the review list into ``out_dir``."""
     rows: list[ReviewRow] = []
     todo = []
+    owners: dict[Path, Path] = {}  # label file -> the image that has it (a.jpg and a.png share a.txt)
     for image in images:
         path = label_path_for(image)
-        if path.exists() and not label.overwrite:
+        owner = owners.setdefault(path, image)
+        if owner != image:
+            rows.append(ReviewRow(image, path, f"{SHARED}: {printable(owner.name)} has the same label file; "
+                                  "rename one image"))
+        elif path.exists() and not label.overwrite:
             rows.append(ReviewRow(image, path, "kept"))
         else:
             todo.append((image, path))
