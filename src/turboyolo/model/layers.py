@@ -158,6 +158,23 @@ class ConvBlock(nn.Module):
             return darknet_arithmetic.DarknetLeakyFunction.apply(x)
         return self.act(x)
 
+    @torch.no_grad()
+    def fold_batchnorm(self) -> None:
+        """Fold the batch norm's inference (Darknet's ``scale = weight / (sqrt(running_var) + 1e-6)``,
+        ``shift = bias - running_mean * scale``) into the convolution, computed in float64: one
+        convolution with a bias instead of convolution, multiply and add. For inference copies only:
+        the block no longer trains or writes Darknet ``.weights`` as before."""
+        if self.bn is None:
+            return
+        bn, conv = self.bn, self.conv
+        scale = bn.weight.double() / (bn.running_var.double().sqrt() + DARKNET_BN_EPS)
+        shift = bn.bias.double() - bn.running_mean.double() * scale
+        folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                           groups=conv.groups, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
+        folded.weight.copy_((conv.weight.double() * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype))
+        folded.bias.copy_(shift.to(conv.weight.dtype))
+        self.conv, self.bn = folded, None
+
 
 class DarknetMaxPool(nn.Module):
     """Darknet's max-pool: padding split ``padding // 2`` before, the rest after, and never counted.
@@ -172,8 +189,24 @@ class DarknetMaxPool(nn.Module):
         before = spec.padding // 2
         self.pad = (before, spec.padding - before, before, spec.padding - before)
 
+    def pad_is_read(self, height: int, width: int) -> bool:
+        """Whether a window of the pool reaches into the padding at this input size.
+
+        Darknet's output has ``(side + padding - size) // stride + 1`` positions per side; when nothing is
+        padded before and the last window ends inside the input, the -inf border is never read (YOLOv3-tiny's
+        stride-2 pools on even sides), and pooling the unpadded input gives the same numbers and gradients
+        without the copy.
+        """
+        if self.pad[0] or self.pad[2]:
+            return True
+        for side, padding in ((height, self.pad[3]), (width, self.pad[1])):
+            positions = (side + padding - self.size) // self.stride + 1
+            if (positions - 1) * self.stride + self.size > side:
+                return True
+        return False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if any(self.pad):
+        if any(self.pad) and self.pad_is_read(x.shape[-2], x.shape[-1]):
             x = F.pad(x, self.pad, value=float("-inf"))
         return F.max_pool2d(x, self.size, self.stride)
 

@@ -280,7 +280,8 @@ class RuntimeArgs:
     amp: str = amp_option()
     compile: bool = option(False, "torch.compile the model", action="store_true")
     sync_bn: bool = option(False, "SyncBatchNorm across GPUs under torchrun (CUDA only)", action="store_true")
-    channels_last: bool = option(False, "channels_last memory format", action="store_true")
+    channels_last: bool | None = option(None, "channels_last memory format (default: on for the CPU, off "
+                                        "on CUDA)", action=argparse.BooleanOptionalAction)
     ema: bool = option(True, "evaluate and export an exponential moving average of the weights",
                        action=argparse.BooleanOptionalAction)
     ema_decay: float | None = option(None, "EMA decay, reached after the --ema-ramp (default: fitted to "
