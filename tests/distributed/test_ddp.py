@@ -129,9 +129,11 @@ def test_two_processes_equal_one_and_resume_in_one(tmp_path):
     assert saved["world_size"] == 2 and saved["iteration"] == 2  # 16 images / batch 8
     assert _max_difference(_weights(ddp), _weights(one_epoch)) < TOLERANCE
     # the DDP run's checkpoint continues in a single process as the straight run did
-    _train(tmp_path, "ignored", "--resume", ddp / "weights" / "last.pt", "--epochs", 2)
-    assert torch.load(ddp / "weights" / "last.pt", weights_only=True)["iteration"] == 4
-    assert _max_difference(_weights(ddp), _weights(two_epochs)) < TOLERANCE
+    # (--project/--name given: the resumed run is written there, the DDP run stays as it was)
+    resumed = _train(tmp_path, "resumed", "--resume", ddp / "weights" / "last.pt", "--epochs", 2)
+    assert torch.load(resumed / "weights" / "last.pt", weights_only=True)["iteration"] == 4
+    assert torch.load(ddp / "weights" / "last.pt", weights_only=True)["iteration"] == 2
+    assert _max_difference(_weights(resumed), _weights(two_epochs)) < TOLERANCE
     # and training moved the weights: the comparisons are not between untouched copies
     assert _max_difference(_weights(one_epoch), _weights(two_epochs)) > 10 * TOLERANCE
 

@@ -85,7 +85,9 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
                                      multiscale=multiscale, rank=rank, world_size=world_size,
                                      drop_last=drop_last, weights=weights, rect_hw=rect_hw)
     if augment is not None and (augment.mosaic > 0 or augment.mixup > 0):
-        sampler.pool_batches = default_pool_batches(batch_size) if partner_pool is None else partner_pool
+        # of the global batch: DDP ranks and one process draw from the same pools
+        sampler.pool_batches = (default_pool_batches(batch_size * world_size) if partner_pool is None
+                                else partner_pool)
     if workers is None:
         workers = default_workers(world_size)
     if augment_on == "device":

@@ -8,8 +8,9 @@ sample indices, its *pool*: mosaic and mixup partners are drawn from it
 (:func:`turboyolo.data.augment.partner_draw`). The
 loader hands a whole run to one worker (:class:`BatchGroups`), which decodes each image of the pool at
 most once and composes every mosaic from images already in hand. Pools are a function of (seed, epoch)
-and the batch size, like the order: a sample stays a function of (seed, epoch, index, its pool), so
-batches do not depend on the number of workers, on the cache, or on a mid-epoch resume.
+and the global batch size, like the order (under DDP a pool spans the ranks' batches of its run, so the
+processes draw the partners one process would): a sample stays a function of (seed, epoch, index, its
+pool), so batches do not depend on the number of workers, on the cache, or on a mid-epoch resume.
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         self.epoch, self.start = epoch, start
 
     def _indices(self) -> np.ndarray:
+        """This rank's positions of the epoch's (global) order."""
+        order = self._global_order()
+        return order[self.rank::self.world_size] if self.world_size > 1 else order
+
+    def _global_order(self) -> np.ndarray:
+        """The epoch's order for all ranks together, from ``start``, padded to a multiple of the world
+        size."""
         if self.shuffle:
             rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5A3D])
             if self.weights is not None:
@@ -95,8 +103,7 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
             order = np.arange(self.num_samples)
         order = order[self.start:]
         if self.world_size > 1:
-            total = -(-len(order) // self.world_size) * self.world_size
-            order = np.resize(order, total)[self.rank::self.world_size]
+            order = np.resize(order, -(-len(order) // self.world_size) * self.world_size)
         return order
 
     def __len__(self) -> int:
@@ -108,7 +115,13 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         size_rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x51E])
         sizes = size_rng.choice(self.sizes, size=len(self))
         chunks = [order[b * self.batch_size:(b + 1) * self.batch_size] for b in range(len(self))]
-        pools = self._pools(chunks) if self.mix and self.pool_batches > 0 else [None] * len(chunks)
+        pools = [None] * len(chunks)
+        if self.mix and self.pool_batches > 0:
+            # pools over the global order: rank r's batch b lies in the global batch b (positions
+            # b*B*W .. (b+1)*B*W), so every rank draws the partners a single process would draw
+            step = self.batch_size * self.world_size
+            everyone = self._global_order() if self.world_size > 1 else order
+            pools = self._pools([everyone[b * step:(b + 1) * step] for b in range(len(chunks))])
         for b, chunk in enumerate(chunks):
             size = int(sizes[b]) if self.aspect is None else rect_shape(self.aspect[chunk], int(sizes[b]))
             # (index, epoch, size) as before --close-mosaic and pools; a 4th element when mosaic/mixup
