@@ -448,6 +448,7 @@ class TrainConfig:
         Returns the merged config and leaves ``passed.given`` options outside :data:`RESUMABLE` to the
         caller to report as ignored.
         """
+        refuse_new_inputs(self, passed)
         merged = TrainConfig.from_dict(self.as_dict())
         for name in passed.given:
             if name in RESUMABLE:
@@ -560,6 +561,26 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
                         f"augmentation and loss options: {', '.join(HYP_OPTIONS)}")
     flat = checked(flat, f"--hyp {path}")
     return {key: tuple(value) if isinstance(value, list) else value for key, value in flat.items()}
+
+
+def refuse_new_inputs(saved: TrainConfig, passed: TrainConfig) -> None:
+    """``--resume`` continues the run's own network, weights and data: a ``--cfg``, ``--weights``,
+    ``--data`` or ``--hyp`` other than the run's is refused (never silently dropped)."""
+    for key in ("cfg", "weights", "data", "hyp"):
+        mine, given = getattr(saved, key), getattr(passed, key)
+        if given and given != mine and not (mine and _same_file(mine, given)):
+            raise FlagError(
+                f"--resume {passed.resume} continues its run as it was set up (--{key} {mine or 'none'}); "
+                f"--{key} {given} cannot change it: drop --{key} to continue, or start a new run from these "
+                f"weights: `turboyolo train --config <run>/config.yaml --weights {passed.resume} "
+                f"--{key} {given}`")
+
+
+def _same_file(first: str, second: str) -> bool:
+    try:
+        return Path(first).resolve() == Path(second).resolve()
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- values from files: typed and in range

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -38,7 +38,7 @@ from turboyolo.train.engine import TrainState
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
-from turboyolo.train.plan import Plan, legacy_plan, make_plan, refit
+from turboyolo.train.plan import Plan, describe, legacy_plan, make_plan, refit
 
 
 @dataclass
@@ -92,7 +92,7 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     resume_state, made_here = None, False
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
-        saved = TrainConfig.from_dict(resume_state["config"])
+        saved = TrainConfig.from_dict(resume_state["config"], source=f"{config.resume} (its config)")
         ignored = [name for name in config.given if name not in RESUMABLE]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
@@ -216,6 +216,7 @@ def run_plan(run: Run) -> Plan:
             before = lr_at(plan.schedule, iteration + 1)
             started = plan.iterations
             plan = refit(plan, planned, run.planned_epochs())
+            plan = replace(plan, description=describe(plan, config, net, run.iterations_per_epoch()))
             after = lr_at(plan.schedule, iteration + 1)
             run.say(f"note: --resume with a new length: the run now plans {planned} iterations (it was "
                     f"started for {started}); the fitted decay now ends at iteration {planned}, so the rate "
