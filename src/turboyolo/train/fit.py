@@ -381,7 +381,7 @@ def report_evaluation(result: EvalResult, state: TrainState, verbose: bool, name
     if not finished:  # e.g. "time limit at iteration 7 (epoch 2 unfinished)"
         why = (reason or "stop").replace("_", " ")
         where = f"{why} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
-    say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  {result.summary()}  "
+    say(f"{where}: {result.headline()}  {result.summary()}  "
         f"{train_seconds / 60:.2f} min")
     if verbose:
         say(result.table(names))
