@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from turboyolo.errors import AssetError
+from turboyolo.errors import AssetError, writable_folder
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -110,7 +110,11 @@ ASSETS: dict[str, Asset] = {
 def cache_dir() -> Path:
     root = os.environ.get("TURBOYOLO_CACHE") or Path.home() / ".cache" / "turboyolo"
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        writable_folder(path, "TURBOYOLO_CACHE (the cache folder)")  # says why
+        raise
     return path
 
 
@@ -209,6 +213,7 @@ def fetch(name: str, verbose: bool = True) -> Path:
         raise AssetError(f"{dest} is missing; run `turboyolo fetch {name}` (TURBOYOLO_OFFLINE is set)")
     if wrong and verbose:
         print(f"{dest} {wrong}; fetching {name} again to replace it", file=sys.stderr)
+    writable_folder(dest.parent, "TURBOYOLO_CACHE (the cache folder)")  # before any download
     part = dest.with_name(dest.name + ".part")
     errors = [f"{dest} {wrong}"] if wrong else []
     for url in asset.urls:

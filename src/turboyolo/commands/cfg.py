@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from turboyolo.errors import ConfigError
+from turboyolo.errors import ConfigError, writable_folder
 from turboyolo.formats.darknet_cfg import parse_anchor_list, write_cfg
 from turboyolo.model.zoo import ARCHITECTURES, make_spec
 
@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
             "(--batch / --subdivisions)"
         )
     out = Path(args.output or f"{args.architecture}-{args.num_classes}c.cfg")
+    writable_folder(out.absolute().parent, "-o/--output")
     write_cfg(spec, out)
     print(out)
     return 0

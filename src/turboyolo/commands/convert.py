@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.errors import FlagError
+from turboyolo.errors import FlagError, writable_folder
 from turboyolo.formats.labels import convert_labels
 
 
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
             raise FlagError(f"--map {item!r}: expected FROM=TO")
         key, value = item.split("=", 1)
         mapping[key] = value
+    writable_folder(args.out, "--out", create=False)
     report = convert_labels(args.source, args.out, format=args.format, names_file=args.names, mapping=mapping)
     print(f"convert: {report.summary()} -> {args.out}")
     for where, reason in report.skipped:

@@ -34,7 +34,7 @@ from torch import nn
 from torchvision.ops import nms as torchvision_nms
 
 from turboyolo.boxes import cxcywh_to_xyxy
-from turboyolo.errors import ConfigError, FlagError
+from turboyolo.errors import ConfigError, FlagError, writable_folder
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model, resolve_model
 from turboyolo.model.postprocess import decode
@@ -300,6 +300,10 @@ def run_export(request: ExportRequest) -> ExportReport:
         import onnx  # noqa: F401
     except ImportError:
         raise ConfigError("--format onnx needs the onnx extra: pip install 'turboyolo[onnx]'") from None
+    if request.output.output:  # a folder that cannot take the file is said before any work
+        if Path(request.output.output).is_dir():
+            raise FlagError(f"-o/--output {request.output.output} is a folder; give the file to write")
+        writable_folder(Path(request.output.output).absolute().parent, "-o/--output", create=False)
     spec, weights_path = resolve_model(str(request.cfg) if request.cfg is not None else None,
                                        str(request.weights) if request.weights is not None else None)
     model = build_model(spec, weights_path)

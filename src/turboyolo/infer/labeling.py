@@ -19,7 +19,7 @@ import numpy as np
 from turboyolo.data.autolabels import record_model_labels
 from turboyolo.data.decode import load_image, save_image
 from turboyolo.draw import draw_boxes
-from turboyolo.errors import ConfigError, DataError, printable
+from turboyolo.errors import ConfigError, DataError, OutputError, printable, writable_folder
 from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, resolve
 from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
@@ -140,9 +140,23 @@ def run_label(request: LabelRequest) -> LabelReport:
                                half=args.half)
     names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
     classes = class_indices(args.class_filter, names)
+    _check_label_folders(images, request.label.overwrite)
     out_dir = request.out_dir or request.run_dir.make("label")
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
     return LabelReport(out_dir, rows)
+
+
+def _check_label_folders(images: list[Path], overwrite: bool) -> None:
+    """The label folders ``label`` would write into take files (said before the model runs and before
+    the run directory is made)."""
+    folders = {label_path_for(image).parent for image in images
+               if overwrite or not label_path_for(image).exists()}
+    for folder in sorted(folders):
+        try:
+            writable_folder(folder, "", create=False)
+        except OutputError as err:
+            raise OutputError(f"{err} (label writes each image's labels beside it, in the data set's "
+                              "labels folder: copy the data set somewhere writable)") from None
 
 
 def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, label: LabelArgs, out_dir: Path,

@@ -18,7 +18,7 @@ import numpy as np
 
 from turboyolo.data.anchors import AnchorFit, anchor_fit, kmeans_anchors, letterbox_box_sizes
 from turboyolo.data.scan import Sample, scan_dataset
-from turboyolo.errors import ConfigError, DataError
+from turboyolo.errors import ConfigError, DataError, writable_folder
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, write_cfg
 from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
 from turboyolo.options import img_size_pair, option, require
@@ -124,6 +124,8 @@ def run_anchors(request: AnchorsRequest, log: Callable[[str], object] = lambda _
         raise ConfigError("-o/--output rewrites a cfg: pass it with --cfg (or use `turboyolo cfg --anchors`)")
     if output and current is not None and len(current) != num:
         raise ConfigError(f"--num {num} but {cfg} has {len(current)} anchors; drop --num or -o")
+    if output:  # said before the k-means, not after
+        writable_folder(Path(output).absolute().parent, "-o/--output", create=False)
     if args.img_size is None:
         size = (spec.net.width, spec.net.height) if spec is not None else (416, 416)
     else:
