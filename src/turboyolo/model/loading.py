@@ -7,6 +7,7 @@ pickled class, a function) is refused with what it is, never with advice to load
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import warnings
@@ -297,12 +298,20 @@ def _size_mismatch(spec: ModelSpec, own, floats: int, path, leftover: int, one: 
 def known_network(floats: int) -> tuple[str, int] | None:
     """(architecture, class count) of the canonical network of :data:`ARCHITECTURES` whose ``.weights``
     hold exactly ``floats`` values, else None: names what a file is when it fits another network."""
-    for name in ARCHITECTURES:
-        one = sum(n for _, n in _layout(make_spec(name, 1)))
-        per_class = sum(n for _, n in _layout(make_spec(name, 2))) - one
+    for name, one, per_class in _network_sizes():
         if floats >= one and per_class > 0 and (floats - one) % per_class == 0:
             return name, 1 + (floats - one) // per_class
     return None
+
+
+@functools.cache
+def _network_sizes() -> tuple[tuple[str, int, int], ...]:
+    """(architecture, floats for 1 class, floats per further class) of each of :data:`ARCHITECTURES`."""
+    sizes = []
+    for name in ARCHITECTURES:
+        one = sum(n for _, n in _layout(make_spec(name, 1)))
+        sizes.append((name, one, sum(n for _, n in _layout(make_spec(name, 2))) - one))
+    return tuple(sizes)
 
 
 def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) -> Darknet:
