@@ -159,11 +159,20 @@ def test_an_unknown_config_name_lists_the_packaged_recipes(setup, cli):
     assert RECIPES and all(name in run.output for name in RECIPES), run.output
 
 
+def test_a_flag_that_is_not_a_finite_number_is_refused(setup, cli):
+    tmp_path, cfg, data = setup
+    for flag in ("--degrees", "--time-limit", "--translate"):
+        run = _train(cli, tmp_path, cfg, data, flag, "nan")
+        run.assert_clean(1)
+        assert f"{flag} (" in run.output and "not a finite number" in run.output, run.output
+    _no_run_dir(tmp_path)
+
+
 def test_the_python_api_holds_keywords_to_their_types(setup):
     from turboyolo.api import train
     from turboyolo.errors import ConfigError
 
     tmp_path, cfg, data = setup
-    with pytest.raises(ConfigError, match="epochs: expected an integer, got 1.5"):
+    with pytest.raises(ConfigError, match=r"--epochs \(epochs\): expected an integer, got 1.5"):
         train(cfg=cfg, data=data, epochs=1.5, project=str(tmp_path / "runs"))
     _no_run_dir(tmp_path)

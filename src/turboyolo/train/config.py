@@ -590,6 +590,14 @@ OPTION_TYPES = {f.name: str(f.type) for kind in GROUPS.values() for f in fields(
 OPTION_TYPES.update(dict.fromkeys(INPUTS, "str | None"))
 
 
+def _flag(name: str) -> str:
+    """The option ``name`` as its flag and keyword (``--time-limit / time_limit_min``)."""
+    kind = GROUPS.get(OPTION_GROUP.get(name, ""))
+    flags = next((f.metadata.get("flags") for f in fields(kind) if f.name == name), ()) if kind else ()
+    flag = next((f for f in flags if f.startswith("--")), "--" + name.replace("_", "-"))
+    return f"{flag} ({name})"
+
+
 def checked(values: dict[str, Any], source: str) -> dict[str, Any]:
     """``values`` (flat option names) in their declared types (:func:`turboyolo.formats.yamlfile.typed`)
     and ranges (each group's ``check``); ``anchors`` may be a YAML list of numbers (or of pairs).
@@ -602,7 +610,7 @@ def checked(values: dict[str, Any], source: str) -> dict[str, Any]:
         if key == "anchors" and isinstance(value, list | tuple):
             items = [v for item in value for v in (item if isinstance(item, list | tuple) else [item])]
             value = ",".join(f"{typed(v, 'float', key, source):g}" for v in items)
-        out[key] = typed(value, OPTION_TYPES.get(key, "?"), key, source)
+        out[key] = typed(value, OPTION_TYPES.get(key, "?"), key if source else _flag(key), source)
     for group, kind in GROUPS.items():
         mine = {key: value for key, value in out.items() if OPTION_GROUP.get(key) == group}
         try:
