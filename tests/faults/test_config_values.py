@@ -108,6 +108,7 @@ def test_aliases_within_the_bound_still_read(setup, cli):
     ("names: 5", "`names` must be a list"),
     ("names: [null]", "`names` entry 0"),
     ("path: 5", "`path` must be a folder"),
+    ("val: ''", "`val` holds an empty path"),  # was the whole data set folder, train images included
 ])
 def test_a_data_yaml_value_of_the_wrong_type_is_named(setup, cli, line, said):
     tmp_path, cfg, data = setup
@@ -129,6 +130,16 @@ def test_a_darknet_data_class_count_that_is_not_a_count_is_named(setup, cli, cla
     run = _train(cli, tmp_path, cfg, bad)
     run.assert_clean(1)
     assert f"{bad}: classes = {classes}" in run.output and "class count" in run.output, run.output
+
+
+def test_a_darknet_data_path_without_a_value_is_named(setup, cli):
+    tmp_path, cfg, data = setup
+    bad = tmp_path / "bad.data"
+    bad.write_text("".join(line if not line.startswith("valid") else "valid =\n"
+                           for line in data.read_text().splitlines(keepends=True)))
+    run = _train(cli, tmp_path, cfg, bad)
+    run.assert_clean(1)
+    assert f"{bad}: `valid =` has no value" in run.output, run.output  # was the .data file's folder
 
 
 @pytest.mark.parametrize(("old", "new", "said"), [

@@ -107,6 +107,9 @@ def _parse_darknet_data(path: Path) -> DataConfig:
     for key in ("train", "valid"):
         if key not in values:
             raise ConfigError(f"{path}: missing `{key} = <list file>`; add it")
+    for key in ("train", "valid", "names"):
+        if key in values and not values[key]:  # an empty path would be the .data file's own folder
+            raise ConfigError(f"{path}: `{key} =` has no value; give the {key} file")
     names = read_names(resolve(values["names"], base)) if "names" in values else None
     count = _class_count(values["classes"], f"{path}: classes = {values['classes']}") if (
         "classes" in values) else None
@@ -124,6 +127,8 @@ def _yaml_sources(value: object, root: Path, path: Path, key: str) -> list[Path]
     items = value if isinstance(value, list) else [value]
     if not all(isinstance(v, str) for v in items):
         raise ConfigError(f"{path}: `{key}` must be a path or a list of paths")
+    if not all(v.strip() for v in items):  # an empty path would be the whole data set folder
+        raise ConfigError(f"{path}: `{key}` holds an empty path; give the {key} images folder or list file")
     return [resolve(v, root) for v in items]
 
 

@@ -325,18 +325,21 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
             f"{weights}: no such weights file; `turboyolo fetch yolov3-tiny` gets the official tiny weights"
         )
     if is_checkpoint(weights):
-        state = checkpoint_model_state(read_checkpoint(weights), path=weights)
+        checkpoint = read_checkpoint(weights)
+        state = checkpoint_model_state(checkpoint, path=weights)
+        own = (" (the checkpoint carries the network it was trained as: drop --cfg to use that)"
+               if isinstance(checkpoint.get("cfg_text"), str) else "")
         try:
             missing, unexpected = model.load_state_dict(state, strict=False)
         except RuntimeError as err:  # same names, other shapes: another class count or architecture
             lines = [line.strip() for line in str(err).splitlines() if "size mismatch" in line]
             first = lines[0] if lines else str(err)
             raise WeightsError(f"{weights}: tensor shapes do not match the cfg; check classes/filters "
-                               f"({first})") from None
+                               f"({first}){own}") from None
         if missing or unexpected:
             raise WeightsError(
                 f"{weights}: does not match the cfg ({len(missing)} missing, {len(unexpected)} "
-                f"unexpected tensors, e.g. {(missing or unexpected)[0]})"
+                f"unexpected tensors, e.g. {(missing or unexpected)[0]}){own}"
             )
     else:
         load_darknet_weights(model, weights)
