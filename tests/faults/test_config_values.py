@@ -187,3 +187,17 @@ def test_the_python_api_holds_keywords_to_their_types(setup):
     with pytest.raises(ConfigError, match=r"--epochs \(epochs\): expected an integer, got 1.5"):
         train(cfg=cfg, data=data, epochs=1.5, project=str(tmp_path / "runs"))
     _no_run_dir(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["''", "5", "[null]"])
+def test_an_unlabeled_entry_that_is_not_a_path_is_named(setup, cli, tiny_model, value):
+    tmp_path, _, data = setup
+    cfg, weights, _, _ = tiny_model
+    yaml_file = tmp_path / "set.yaml"
+    yaml_file.write_text(f"train: {data.parent}/train.txt\nval: {data.parent}/valid.txt\nnames: [a, b]\n"
+                         f"unlabeled: {value}\n")
+    run = cli("label", "--data", yaml_file, "--cfg", cfg, "--weights", weights,
+              "--project", tmp_path / "runs")
+    run.assert_clean(1)
+    assert f"{yaml_file}: `unlabeled` must be an image folder" in run.output, run.output  # '' was every image
+    _no_run_dir(tmp_path)

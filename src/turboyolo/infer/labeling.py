@@ -117,6 +117,9 @@ def split_images(data: str | Path, split: str) -> list[Path]:
                 )
         else:
             items = value if isinstance(value, list) else [value]
+            if not all(isinstance(v, str) and v.strip() for v in items):  # '' would be the whole data set
+                raise ConfigError(f"{data}: `unlabeled` must be an image folder or list file (or a list of "
+                                  f"them), not {value!r}")
             sources = [resolve(str(v), config.root) for v in items]
     else:
         sources = config.split(split)
