@@ -31,8 +31,9 @@ PIECES = {  # photo stem: (x from, piece width, piece height)
 
 def build(out: Path) -> Path:
     from turboyolo import assets
+    from turboyolo.formats.convert import read_voc_xml
     from turboyolo.formats.datasets import write_darknet_data
-    from turboyolo.formats.labels import read_voc_xml, write_names, write_yolo_labels
+    from turboyolo.formats.labels import write_names, write_yolo_labels
 
     archive = assets.pypi_distribution(assets.DEEPFOREST_WHEEL)
     paths = []

@@ -22,7 +22,7 @@ import torch
 
 from turboyolo import assets
 from turboyolo.data.trees import DATA_PREFIX, TILE
-from turboyolo.formats.labels import read_voc_xml
+from turboyolo.formats.convert import read_voc_xml
 from turboyolo.infer.predict import Predictor
 from turboyolo.infer.tiling import TileOptions, detect_tiled
 from turboyolo.model.loading import build_model, resolve_model

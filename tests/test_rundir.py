@@ -30,3 +30,38 @@ def test_runs_started_at_once_get_one_directory_each(tmp_path):
     names = ["exp", *(f"exp{i}" for i in range(2, count + 1))]
     assert sorted(made) == sorted(tmp_path / "runs" / name for name in names)
     assert next_run_dir(tmp_path / "runs", "exp", exist_ok=True) == tmp_path / "runs" / "exp"  # --exist-ok
+
+
+def test_a_manifest_never_removes_anything_outside_its_run_directory_or_an_input(tmp_path):
+    import json
+
+    from turboyolo.rundir import MANIFEST, clear_previous_outputs, record_outputs
+
+    run = tmp_path / "runs" / "exp"
+    (run / "labels").mkdir(parents=True)
+    victim, kept_input = tmp_path / "victim.txt", run / "drawn.jpg"
+    victim.write_text("mine")
+    for name in ("labels/a.txt", "drawn.jpg", "notes.md"):
+        (run / name).write_text("x")
+    record_outputs(run, [run / "labels" / "a.txt", kept_input])
+    listed = json.loads((run / MANIFEST).read_text())
+    (run / MANIFEST).write_text(json.dumps([*listed, "../../victim.txt", "/etc/hostname"]))
+    note = clear_previous_outputs(run, keep=[kept_input])
+    assert victim.read_text() == "mine" and kept_input.exists() and (run / "notes.md").exists()
+    assert not (run / "labels").exists()  # its only file removed, then the empty folder
+    assert "1 file(s) of the previous run" in note and "notes.md" in note
+
+
+def test_output_names_never_shared_and_never_an_input(tmp_path):
+    import pytest
+
+    from turboyolo.errors import OutputError
+    from turboyolo.rundir import OutputNames
+
+    names = OutputNames(inputs=[tmp_path / "in.jpg"])
+    assert names.name(tmp_path / "x.txt", "a.jpg", ".jpg") == tmp_path / "x.txt"
+    assert names.name(tmp_path / "x.txt", "a.png", ".png") == tmp_path / "x_png.txt"
+    assert names.name(tmp_path / "x.txt", "b.png", ".png") == tmp_path / "x_2.txt"
+    assert names.name(tmp_path / "x.txt", "a.jpg", ".jpg") == tmp_path / "x.txt"  # the same owner again
+    with pytest.raises(OutputError, match="is one of the inputs"):
+        names.name(tmp_path / "in.jpg", "other", ".png")

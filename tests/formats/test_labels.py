@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 
 from turboyolo.errors import DataError
+from turboyolo.formats.convert import convert_coco, convert_labels, convert_voc
 from turboyolo.formats.labels import (
-    convert_coco,
-    convert_labels,
-    convert_voc,
     parse_yolo_labels,
     read_yolo_labels,
     write_yolo_labels,
@@ -111,7 +109,7 @@ def test_convert_coco(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps(doc))
     report = convert_coco(tmp_path / "c.json", tmp_path / "out")
     assert report.names == ["cat", "dog"]
-    rows = read_yolo_labels(tmp_path / "out" / "a.txt")
+    rows = read_yolo_labels(tmp_path / "out" / "x" / "a.txt")  # the image's relative path is kept
     np.testing.assert_allclose(rows, [[1, 0.2, 0.2, 0.2, 0.2]], atol=1e-6)
     assert (tmp_path / "out" / "b.txt").read_text() == ""
     assert len(report.skipped) == 2

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from turboyolo.errors import ConfigError, writable_folder
+from turboyolo.errors import ConfigError
 from turboyolo.formats.darknet_cfg import parse_anchor_list, write_cfg
 from turboyolo.model.zoo import ARCHITECTURES, make_spec
+from turboyolo.rundir import check_outputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--anchors", help="w,h pairs: '10,13, 16,30, ...' (e.g. from `turboyolo anchors`)")
     parser.add_argument("-o", "--output", help="file to write (default: <architecture>-<N>c.cfg)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the output file if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             "(--batch / --subdivisions)"
         )
     out = Path(args.output or f"{args.architecture}-{args.num_classes}c.cfg")
-    writable_folder(out.absolute().parent, "-o/--output")
+    check_outputs({"-o/--output": out}, {}, overwrite=args.overwrite)  # the output rule (rundir.py)
     write_cfg(spec, out)
     print(out)
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.errors import FlagError, writable_folder
-from turboyolo.formats.labels import convert_labels
+from turboyolo.errors import FlagError, printable, writable_folder
+from turboyolo.formats.convert import convert_labels
+
+SHOWN = 50  # skipped entries listed one by one
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--names", help="fixed class list (.names file); other classes are skipped (VOC)")
     parser.add_argument("--map", action="append", default=[], metavar="FROM=TO",
                         help="rename a class before the look-up, e.g. --map Alive=tree (VOC, repeatable)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace label files and classes.names that exist in --out")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,8 +30,13 @@ def run(args: argparse.Namespace) -> int:
         key, value = item.split("=", 1)
         mapping[key] = value
     writable_folder(args.out, "--out", create=False)
-    report = convert_labels(args.source, args.out, format=args.format, names_file=args.names, mapping=mapping)
+    report = convert_labels(args.source, args.out, format=args.format, names_file=args.names, mapping=mapping,
+                            overwrite=args.overwrite)
     print(f"convert: {report.summary()} -> {args.out}")
-    for where, reason in report.skipped:
-        print(f"  skipped {where}: {reason}")
+    for where, reason in report.skipped[:SHOWN]:
+        print(f"  skipped {printable(where)}: {printable(reason)}")
+    if len(report.skipped) > SHOWN:
+        print(f"  and {len(report.skipped) - SHOWN} more skipped")
+    for note in report.notes:
+        print(f"note: {note}")
     return 0

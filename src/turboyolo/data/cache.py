@@ -34,7 +34,9 @@ import numpy as np
 from turboyolo.assets import cache_dir
 from turboyolo.data.decode import decode_image, probe_image, target_size
 from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset
-from turboyolo.errors import DataError, printable, writable_folder
+from turboyolo.errors import DataError, OutputError, printable, writable_folder
+from turboyolo.formats.datasets import load_data_config
+from turboyolo.rundir import same_file
 
 CACHE_VERSION = 1
 HEADROOM = 0.9  # use at most this fraction of the free RAM / disk
@@ -405,6 +407,10 @@ def run_prepare(data: str | Path, img_size: int, splits: Sequence[str] = ("train
     caches = {}
     for split in splits:
         root = Path(out) / split if out else default_cache_root(data, split, img_size)
+        if out and any(same_file(folder, root) for folder in load_data_config(data).folders()):
+            raise OutputError(f"--out {printable(out)}: the {split} cache folder {printable(root)} is an "
+                              "image folder of the data set (the output rule: outputs never go where the "
+                              "inputs are); choose a folder outside the data set")
         result = scan_dataset(data, split, report_path=root / REPORT_NAME)
         log(result.console_text())
         result.require_samples()

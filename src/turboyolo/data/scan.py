@@ -328,11 +328,16 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
                         source=source, warnings=list(notes))
     seen: set[str] = set()
+    label_owner: dict[str, Path] = {}
     for image in images:
         if str(image) in seen:
             result.excluded.append((str(image), "listed twice (second entry ignored)"))
             continue
         seen.add(str(image))
+        owner = label_owner.setdefault(str(entries[str(image)].key[2]), image)
+        if owner != image:  # a.jpg and a.png: one label file read for two images
+            result.warnings.append(f"{image}: reads the same label file {entries[str(image)].key[2]} as "
+                                   f"{owner.name}; rename one image unless they are one picture")
         entry = entries[str(image)]
         if entry.warning:
             result.warnings.append(entry.warning)
@@ -347,6 +352,36 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
         result.samples.append(Sample(image, entry.labels, entry.hw))
     result.model_made = count_model_made(label_path_for(s.image) for s in result.samples)[0]
     return result
+
+
+def _own_split_only(images: list[Path], config, split: str, notes: list[str]) -> list[Path]:
+    """``images`` less those a link brought in from another split's folder (``images/train/v -> ../val``, or
+    a file link to one of its images): evaluating on training images, or training on validation ones, is
+    never what a link meant.
+    Folders shared by both splits (an image folder data set) are left alone; one warning per folder."""
+    def real_folders(name: str) -> list[str]:
+        return [os.path.realpath(s) + os.sep for s in config.split(name) if Path(s).is_dir()]
+
+    mine = real_folders(split)
+    others = [o for o in real_folders("val" if split == "train" else "train")
+              if not any(o.startswith(m) or m.startswith(o) for m in mine)]
+    if not others:
+        return images
+    parents: dict[Path, str] = {}
+    kept, dropped = [], {}
+    for image in images:
+        real = parents.setdefault(image.parent, os.path.realpath(image.parent) + os.sep)
+        if os.path.islink(image):  # a file link into the other split's folder counts as well
+            real = os.path.realpath(image)
+        other = next((o for o in others if real.startswith(o)), None)
+        if other is None or any(real.startswith(m) for m in mine):
+            kept.append(image)
+        else:
+            dropped.setdefault(other, []).append(image)
+    for other, lost in dropped.items():
+        notes.append(f"{lost[0]}: {len(lost)} image(s) of the other split's folder {other.rstrip(os.sep)}, "
+                     f"reached through a link; not listed in {split}")
+    return kept
 
 
 def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = None, *,
@@ -376,6 +411,7 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     notes: list[str] = []
     for source in config.split(split):
         images += list_images(source, notes)
+    images = _own_split_only(images, config, split, notes)
     if not images:
         raise DataError(f"{data_path}: the {split} split lists no images; check its {split} entry")
     cache_path = _cache_file(data_path, split) if use_cache else None

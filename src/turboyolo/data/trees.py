@@ -29,8 +29,9 @@ import numpy as np
 from turboyolo import assets
 from turboyolo.data.decode import save_image
 from turboyolo.errors import AssetError, DataError
+from turboyolo.formats.convert import read_voc_xml
 from turboyolo.formats.datasets import write_darknet_data
-from turboyolo.formats.labels import read_voc_xml, write_names, write_yolo_labels
+from turboyolo.formats.labels import write_names, write_yolo_labels
 
 TILE = 416
 MIN_STRIP = 32

@@ -19,6 +19,7 @@ from turboyolo.doctor.verdict import GPU_RATES, StageTimings, Verdict, diagnose,
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_cfg
 from turboyolo.options import RunDirArgs, amp_option, device_option, option
+from turboyolo.rundir import removed_if_empty
 from turboyolo.train.config import AUGMENT_ON_CHOICES, CACHE_CHOICES
 
 
@@ -125,7 +126,8 @@ def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: 
                             assume_step_ms=args.assume_step_ms, assume_gpu=args.assume_gpu,
                             images=args.images, repeats=args.repeats)
     run_dir = request.run_dir.make("doctor")
-    timings = measure(request.data, args.split, spec, options, run_dir, log=log)
+    with removed_if_empty(run_dir, made=not request.run_dir.exist_ok):  # a data error leaves no empty folder
+        timings = measure(request.data, args.split, spec, options, run_dir, log=log)
     verdict = diagnose(timings)
     text = render_markdown(timings, verdict, f"turboyolo doctor: {request.data}")
     (run_dir / "doctor.md").write_text(text)

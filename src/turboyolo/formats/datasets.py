@@ -47,6 +47,10 @@ class DataConfig:
     def num_classes(self) -> int | None:
         return None if self.names is None else len(self.names)
 
+    def folders(self) -> list[Path]:
+        """The image folders of both splits (list files and single images left out)."""
+        return [source for source in dict.fromkeys(self.train + self.val) if source.is_dir()]
+
     def split(self, name: str) -> list[Path]:
         """Sources of ``train`` or ``val`` (``valid``, ``test`` accepted as ``val``)."""
         if name == "train":
@@ -236,7 +240,8 @@ def walk_files(root: str | Path, notes: list[str] | None = None) -> Iterator[Pat
     folder reachable through two links is listed once (through the first path in sorted order). A file
     is listed once too: a link to a file listed under its own name (or through an earlier link) is not
     listed again, and a link that loops (``a.jpg -> a.jpg``, ``a -> b -> a``) or points at nothing is
-    not a file at all.
+    not a file at all. A link to a folder that holds ``root`` (``images/train/up -> ..``) is never
+    followed: it would list ``root``'s siblings, such as another split's images.
 
     Args:
         root: the folder to walk.
@@ -248,12 +253,18 @@ def walk_files(root: str | Path, notes: list[str] | None = None) -> Iterator[Pat
     files: list[tuple[Path, bool]] = []  # (path, whether it is a link)
     seen: set[tuple[int, int]] = set()
     stack = [Path(root)]
+    top = os.path.realpath(root)
     while stack:
         folder = stack.pop()
         try:
             info = folder.stat()
         except OSError as err:
             say(f"{folder}: folder unreadable ({err.strerror or err}); its images are not listed")
+            continue
+        real = os.path.realpath(folder)
+        if top != real and top.startswith(real.rstrip(os.sep) + os.sep):
+            # a link up the tree: following it would list the folder's siblings (another split's images)
+            say(f"{folder}: links to {real}, a folder that holds {root} (a loop up the tree); not followed")
             continue
         if (info.st_dev, info.st_ino) in seen:
             say(f"{folder}: links to a folder already listed; not followed again")
@@ -403,16 +414,23 @@ def list_images(source: str | Path, notes: list[str] | None = None) -> list[Path
 
 
 def label_path_for(image: str | Path) -> Path:
-    """turboyolo's (Ultralytics') rule: last ``images`` component -> ``labels``, suffix -> ``.txt``.
+    """turboyolo's rule, the one every reader and writer of label files uses (scan, label, cache):
 
-    Without an ``images`` component the label sits next to the image.
+    1. Ultralytics': the last ``images`` folder component -> ``labels``, the suffix -> ``.txt``;
+    2. else PyTorch-YOLOv3's, where its label folder exists: the last ``images`` inside a folder name ->
+       ``labels`` (``train_images/a.jpg`` -> ``train_labels/a.txt`` beside it);
+    3. else beside the image.
     """
     parts = list(Path(image).parts)
     for i in range(len(parts) - 2, -1, -1):  # folders only, last one first
         if parts[i] == "images":
             parts[i] = "labels"
-            break
-    return Path(*parts).with_suffix(".txt")
+            return Path(*parts).with_suffix(".txt")
+    beside = Path(image).with_suffix(".txt")
+    sibling = pytorchyolo_label_path(image)
+    if sibling.parent != beside.parent and sibling.parent.is_dir():
+        return sibling
+    return beside
 
 
 def darknet_label_path(image: str | Path) -> Path:

@@ -2,25 +2,21 @@
 
 Readers here parse and check one file; the data-set level policy (what is excluded, fixed or
 counted) lives in :mod:`turboyolo.data.scan`, which uses :func:`parse_yolo_labels` for its reasons.
-Importers: Pascal VOC XML (:func:`read_voc_xml`, :func:`convert_voc`) and COCO JSON
-(:func:`convert_coco`), both writing one ``.txt`` per image plus a names file; :func:`convert_labels`
-picks one for a path (``turboyolo convert``).
+The importers of Pascal VOC XML and COCO JSON live in :mod:`turboyolo.formats.convert`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from turboyolo.errors import DataError
-from turboyolo.formats.datasets import link_problem, read_names
+from turboyolo.formats.datasets import link_problem
 from turboyolo.formats.text import read_text
 
 # Coordinates this far outside [0, 1] are clipped (and counted); further out the file is excluded.
@@ -213,192 +209,6 @@ def write_yolo_labels(path: str | Path, rows: np.ndarray | Sequence[Sequence[flo
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(format_yolo_rows(rows, with_conf), encoding="utf-8")
     os.replace(tmp, path)
-
-
-# ----------------------------------------------------------------------------- importers
-
-@dataclass
-class ImportedImage:
-    """One image's boxes from a foreign format, in pixels (x1, y1, x2, y2) with class names."""
-
-    filename: str
-    width: int
-    height: int
-    boxes: np.ndarray  # float64 [N, 4] x1 y1 x2 y2 pixels
-    classes: list[str]
-
-
-def boxes_to_yolo(boxes: np.ndarray, class_ids: Iterable[int], width: int, height: int) -> np.ndarray:
-    """Pixel (x1, y1, x2, y2) boxes -> float32 [N, 5] YOLO rows, clipped to the image."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, width)
-    b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, height)
-    ids = np.asarray(list(class_ids), dtype=np.float64)
-    out = np.stack([ids, (b[:, 0] + b[:, 2]) / 2 / width, (b[:, 1] + b[:, 3]) / 2 / height,
-                    (b[:, 2] - b[:, 0]) / width, (b[:, 3] - b[:, 1]) / height], axis=1)
-    return out.astype(np.float32)
-
-
-def read_voc_xml(path: str | Path) -> ImportedImage:
-    """Parse one Pascal VOC annotation file.
-
-    Raises:
-        DataError: the XML is malformed or lacks ``size``/``bndbox`` fields.
-    """
-    path = Path(path)
-    try:
-        root = ET.parse(path).getroot()
-        filename = (root.findtext("filename") or path.with_suffix(".jpg").name).strip()
-        width = int(float(root.findtext("size/width") or 0))
-        height = int(float(root.findtext("size/height") or 0))
-        boxes, classes = [], []
-        for obj in root.iter("object"):
-            bnd = obj.find("bndbox")
-            if bnd is None:
-                raise DataError(f"{path}: <object> without <bndbox>; fix or remove the object")
-            boxes.append([float(bnd.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")])
-            classes.append((obj.findtext("name") or "").strip())
-    except ET.ParseError as err:
-        raise DataError(f"{path}: not valid XML ({err}); fix or remove the file") from None
-    except (TypeError, ValueError) as err:
-        raise DataError(f"{path}: bad number in <size> or <bndbox> ({err}); fix the file") from None
-    return ImportedImage(filename, width, height, np.asarray(boxes, dtype=np.float64).reshape(-1, 4), classes)
-
-
-@dataclass
-class ConvertReport:
-    """What an import wrote and what it skipped (each with its reason)."""
-
-    written: int = 0
-    boxes: int = 0
-    names: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-
-    def summary(self) -> str:
-        return (f"{self.written} label files, {self.boxes} boxes, {len(self.names)} classes, "
-                f"{len(self.skipped)} skipped")
-
-
-def _resolve_class(name: str, names: list[str], mapping: dict[str, str] | None, fixed: bool) -> int | None:
-    name = mapping.get(name, name) if mapping else name
-    if name not in names:
-        if fixed:
-            return None
-        names.append(name)
-    return names.index(name)
-
-
-def convert_voc(xml_files: Iterable[str | Path], out_dir: str | Path, names: list[str] | None = None,
-                mapping: dict[str, str] | None = None) -> ConvertReport:
-    """Convert VOC XML files to YOLO ``.txt`` files in ``out_dir`` (named after each image).
-
-    Args:
-        xml_files: annotation files.
-        out_dir: destination folder for ``<image stem>.txt`` and ``classes.names``.
-        names: fixed class list (objects of other classes are skipped and reported); ``None`` collects
-            names in order of first appearance.
-        mapping: optional rename applied before the look-up (e.g. ``{"Alive": "tree"}``).
-    """
-    out_dir = Path(out_dir)
-    report = ConvertReport(names=list(names) if names else [])
-    fixed = names is not None
-    for xml_file in sorted(Path(p) for p in xml_files):
-        try:
-            item = read_voc_xml(xml_file)
-        except DataError as err:
-            report.skipped.append((str(xml_file), str(err)))
-            continue
-        if item.width <= 0 or item.height <= 0:
-            report.skipped.append((str(xml_file), "no <size> width/height"))
-            continue
-        keep, ids = [], []
-        for box, cls in zip(item.boxes, item.classes, strict=True):
-            cid = _resolve_class(cls, report.names, mapping, fixed)
-            if cid is None:
-                report.skipped.append((f"{xml_file}:{cls}", "class not in the names list"))
-                continue
-            keep.append(box)
-            ids.append(cid)
-        rows = boxes_to_yolo(np.asarray(keep).reshape(-1, 4), ids, item.width, item.height)
-        write_yolo_labels(out_dir / (Path(item.filename).stem + ".txt"), rows)
-        report.written += 1
-        report.boxes += len(rows)
-    write_names(out_dir / "classes.names", report.names)
-    return report
-
-
-def convert_coco(json_path: str | Path, out_dir: str | Path) -> ConvertReport:
-    """Convert a COCO detection JSON to YOLO ``.txt`` files (one per image, empty for no boxes).
-
-    Category ids are remapped to 0..K-1 in ascending id order; ``classes.names`` lists them.
-    Crowd annotations and boxes with zero size are skipped and reported.
-    """
-    json_path, out_dir = Path(json_path), Path(out_dir)
-    try:
-        data = json.loads(read_text(json_path))
-        categories = sorted(data["categories"], key=lambda c: c["id"])
-        images = {img["id"]: img for img in data["images"]}
-        annotations = data.get("annotations", [])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise DataError(f"{json_path}: not a COCO detection JSON ({err!r}); it needs images, "
-                        "categories and annotations") from None
-    report = ConvertReport(names=[str(c["name"]) for c in categories])
-    cat_index = {c["id"]: i for i, c in enumerate(categories)}
-    per_image: dict[int, list[tuple[int, list[float]]]] = {i: [] for i in images}
-    for ann in annotations:
-        where = f"{json_path}:annotation {ann.get('id')}"
-        if ann.get("iscrowd"):
-            report.skipped.append((where, "iscrowd"))
-            continue
-        if ann.get("image_id") not in images or ann.get("category_id") not in cat_index:
-            report.skipped.append((where, "unknown image_id or category_id"))
-            continue
-        x, y, w, h = (float(v) for v in ann["bbox"])
-        if w <= 0 or h <= 0:
-            report.skipped.append((where, "bbox with zero size"))
-            continue
-        per_image[ann["image_id"]].append((cat_index[ann["category_id"]], [x, y, x + w, y + h]))
-    for image_id, img in images.items():
-        items = per_image[image_id]
-        rows = boxes_to_yolo(np.asarray([b for _, b in items]).reshape(-1, 4), [c for c, _ in items],
-                             int(img["width"]), int(img["height"]))
-        write_yolo_labels(out_dir / (Path(img["file_name"]).stem + ".txt"), rows)
-        report.written += 1
-        report.boxes += len(rows)
-    write_names(out_dir / "classes.names", report.names)
-    return report
-
-
-CONVERT_FORMATS = ("auto", "voc", "coco")
-
-
-def convert_labels(source: str | Path, out_dir: str | Path, *, format: str = "auto",
-                   names_file: str | Path | None = None,
-                   mapping: Mapping[str, str] | None = None) -> ConvertReport:
-    """``turboyolo convert``: COCO JSON or Pascal VOC XML labels -> YOLO ``.txt`` files in ``out_dir``.
-
-    Args:
-        source: a COCO ``.json`` file, a VOC ``.xml`` file, or a folder of VOC ``.xml`` files.
-        format: ``coco``, ``voc`` or ``auto`` (``.json`` = COCO, anything else VOC).
-        names_file: VOC only: a ``.names`` file fixing the class list (other classes are skipped).
-        mapping: VOC only: class renames applied before the look-up (e.g. ``{"Alive": "tree"}``).
-    Raises:
-        DataError: ``source`` is missing, a folder without ``.xml`` files, or not a COCO JSON.
-    """
-    source = Path(source)
-    if format not in CONVERT_FORMATS:
-        raise DataError(f"--format {format!r}: use one of {', '.join(CONVERT_FORMATS)}")
-    if not source.exists():
-        raise DataError(f"{source}: not found; pass a COCO .json, a VOC .xml or a folder of them")
-    if format == "auto":
-        format = "coco" if source.suffix.lower() == ".json" else "voc"
-    if format == "coco":
-        return convert_coco(source, out_dir)
-    files = sorted(source.glob("*.xml")) if source.is_dir() else [source]
-    if not files:
-        raise DataError(f"{source}: no .xml files; pass a folder of VOC annotations")
-    names = read_names(names_file) if names_file else None
-    return convert_voc(files, out_dir, names, dict(mapping) if mapping else None)
 
 
 def write_names(path: str | Path, names: Sequence[str]) -> None:

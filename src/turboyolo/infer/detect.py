@@ -29,6 +29,7 @@ from turboyolo.infer.tiling import TileOptions
 from turboyolo.infer.video import VideoSink, is_stream, open_video, read_frames, split_video_sources
 from turboyolo.infer.writer import DetectionWriter, coco_gt_ids
 from turboyolo.options import RunDirArgs, option, require
+from turboyolo.rundir import check_outside, clear_previous_outputs, removed_if_empty
 
 
 @dataclass
@@ -121,8 +122,8 @@ class DetectReport:
         return f"{what}, {self.detections} detections -> {self.out_dir}"
 
 
-def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tuple[Path, Path]]:
-    """(image path, output-relative path) for every input; relative paths never collide.
+def gather_images(sources: list[str], notes: list[str] | None = None) -> list[Path]:
+    """Every image of ``sources`` once (absolute, links resolved), in order.
 
     Folders and ``**`` globs follow each real folder once (a folder-link loop ends); ``notes`` receives
     one line per link not followed again or folder not readable.
@@ -136,16 +137,21 @@ def gather_images(sources: list[str], notes: list[str] | None = None) -> list[tu
                 raise DataError(f"{source}: the glob matches no file")
         else:
             images += list_images(source, notes)
-    seen, unique = set(), []
-    for path in images:
-        key = _resolved(path)
-        if key not in seen:
-            seen.add(key)
-            unique.append(key)
+    unique = list(dict.fromkeys(_resolved(path) for path in images))
     if not unique:
         raise DataError(f"no images found in {', '.join(sources)} (looked for {', '.join(IMAGE_SUFFIXES)})")
-    base = Path(os.path.commonpath([p.parent for p in unique]))
-    return [(p, p.relative_to(base)) for p in unique]
+    return unique
+
+
+def relative_names(images: list[Path], videos: list[str]) -> tuple[list[tuple[Path, Path]], dict[str, Path]]:
+    """Output-relative paths: each file input's path below the folder all file inputs share, so
+    ``a/clip.mp4`` and ``b/clip.mp4`` (or two ``0001.jpg`` in two folders) keep apart; a stream or
+    camera gets its name with every other character as ``_``."""
+    files = images + [_resolved(Path(v)) for v in videos if not is_stream(v) or Path(v).exists()]
+    base = Path(os.path.commonpath([p.parent for p in files])) if files else Path("/")
+    video_rel = {v: _resolved(Path(v)).relative_to(base) if not is_stream(v) or Path(v).exists()
+                 else Path("".join(c if c.isalnum() else "_" for c in v)) for v in videos}
+    return [(p, p.relative_to(base)) for p in images], video_rel
 
 
 def _resolved(path: Path) -> Path:
@@ -198,20 +204,28 @@ def run_detect(request: DetectRequest) -> DetectReport:
     wanted = class_indices(args.class_filter, names)
     image_sources, videos = split_video_sources(request.sources)
     notes: list[str] = []
-    items = gather_images(image_sources, notes) if image_sources or not videos else []
+    images = gather_images(image_sources, notes) if image_sources or not videos else []
+    items, video_rel = relative_names(images, videos)
     output = request.output
     if videos and output.coco_gt:
         raise ConfigError("--coco-gt takes image ids from a COCO json; it does not apply to videos")
     gt_ids = coco_gt_ids(output.coco_gt) if output.coco_gt else None
+    if request.out_dir is None:  # a run directory inside an input folder would be read as input next time
+        check_outside(Path(request.run_dir.project or "runs/detect") / request.run_dir.name,
+                      [Path(s) for s in image_sources if Path(s).is_dir()], "--project")
     out_dir = request.out_dir or request.run_dir.make("detect")  # only now: the inputs are good
-    writer = DetectionWriter(out_dir, names, save_txt=output.save_txt, save_conf=output.save_conf,
-                             draw=output.draw, coco_ids=output.coco_ids, gt_ids=gt_ids,
-                             coco_gt=output.coco_gt)
-    report = DetectReport(out_dir, notes=notes)
-    _detect_images(items, predictor, request, wanted, writer, report)
-    for source in videos:
-        _detect_video(source, predictor, request, wanted, writer, report)
-    writer.close(report.skipped)
+    with removed_if_empty(out_dir, made=request.out_dir is None):
+        writer = DetectionWriter(out_dir, names, save_txt=output.save_txt, save_conf=output.save_conf,
+                                 draw=output.draw, coco_ids=output.coco_ids, gt_ids=gt_ids,
+                                 coco_gt=output.coco_gt, inputs=images)
+        writer.plan(items)  # every image's output names, refused before anything is written
+        # --exist-ok: the last run's files go (never one of this run's inputs)
+        previous = clear_previous_outputs(out_dir, keep=images + [Path(v) for v in videos])
+        report = DetectReport(out_dir, notes=notes + ([previous] if previous else []))
+        _detect_images(items, predictor, request, wanted, writer, report)
+        for source in videos:
+            _detect_video(source, video_rel[source], predictor, request, wanted, writer, report)
+        writer.close(report.skipped)
     return report
 
 
@@ -249,8 +263,8 @@ def _detect_images(items: list[tuple[Path, Path]], predictor: Predictor, request
     progress.close()
 
 
-def _detect_video(source: str, predictor: Predictor, request: DetectRequest, wanted: list[int] | None,
-                  writer: DetectionWriter, report: DetectReport) -> None:
+def _detect_video(source: str, rel: Path, predictor: Predictor, request: DetectRequest,
+                  wanted: list[int] | None, writer: DetectionWriter, report: DetectReport) -> None:
     """One video file or stream: every ``--vid-stride``-th frame, labels ``<stem>_<frame>.txt``, and an
     annotated ``<stem>.mp4`` at the source's frame rate divided by the stride."""
     stride = request.source_args.vid_stride
@@ -259,9 +273,7 @@ def _detect_video(source: str, predictor: Predictor, request: DetectRequest, wan
     except DataError as err:
         report.skipped.append((source, str(err).split(": ", 1)[-1]))
         return
-    name = "".join(c if c.isalnum() else "_" for c in source) if is_stream(source) else Path(source).name
-    rel = Path(name)
-    sink = VideoSink(writer.out_dir / f"{rel.stem}.mp4", info.fps / stride) if writer.draw else None
+    sink = VideoSink(writer.video_path(source, rel), info.fps / stride) if writer.draw else None
     total = (info.frames + stride - 1) // stride if info.frames else None
     progress = tqdm(total=total, desc=rel.name, unit="frame", disable=request.quiet, file=sys.stderr)
     last = -1  # the index of the last frame read

@@ -34,11 +34,12 @@ from torch import nn
 from torchvision.ops import nms as torchvision_nms
 
 from turboyolo.boxes import cxcywh_to_xyxy
-from turboyolo.errors import ConfigError, FlagError, writable_folder
+from turboyolo.errors import ConfigError, FlagError
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model, resolve_model
 from turboyolo.model.postprocess import decode
 from turboyolo.options import CONF_THRES, NMS_THRES, RunDirArgs, img_size_pair, option
+from turboyolo.rundir import check_outputs, removed_if_empty
 
 EXPORTERS = ("dynamo", "torchscript")
 
@@ -123,9 +124,8 @@ def export_onnx(model: Darknet, path: str | Path, options: ExportOptions) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     model = model.float().eval().cpu()
     options = options.for_model(model)
+    check_size(model, options)
     width, height = options.img_size
-    if width % model.max_stride or height % model.max_stride:
-        raise FlagError(f"--img-size {width}x{height} must be a multiple of {model.max_stride}")
     wrapper = ExportWrapper(model, options.mode, options.conf_thres).eval()
     example = torch.zeros(2 if options.dynamic_batch else 1, 3, height, width)
     names = output_names(model, options.mode)
@@ -171,6 +171,13 @@ def export_onnx(model: Darknet, path: str | Path, options: ExportOptions) -> Pat
     onnx.checker.check_model(graph_model)
     onnx.save(graph_model, str(path))
     return path
+
+
+def check_size(model: Darknet, options: ExportOptions) -> None:
+    """Refuse (:class:`FlagError`) an input size that is not a multiple of the network's stride."""
+    width, height = options.for_model(model).img_size
+    if width % model.max_stride or height % model.max_stride:
+        raise FlagError(f"--img-size {width}x{height} must be a multiple of {model.max_stride}")
 
 
 def _append_nms(graph_model, options: ExportOptions) -> None:
@@ -268,6 +275,8 @@ class ExportOutputArgs:
     format: str = option("onnx", "export format", choices=("onnx",))
     output: str | None = option(None, "file to write (default: <run dir>/<weights stem>.onnx)", "-o",
                                 "--output")
+    overwrite: bool = option(False, "replace the -o file if it exists (never one of the inputs)",
+                             action="store_true")
     check: bool = option(True, "run the file with onnxruntime on random images and report the largest "
                          "difference from PyTorch (--no-check: skip)", action=argparse.BooleanOptionalAction)
 
@@ -300,17 +309,20 @@ def run_export(request: ExportRequest) -> ExportReport:
         import onnx  # noqa: F401
     except ImportError:
         raise ConfigError("--format onnx needs the onnx extra: pip install 'turboyolo[onnx]'") from None
-    if request.output.output:  # a folder that cannot take the file is said before any work
-        if Path(request.output.output).is_dir():
-            raise FlagError(f"-o/--output {request.output.output} is a folder; give the file to write")
-        writable_folder(Path(request.output.output).absolute().parent, "-o/--output", create=False)
     spec, weights_path = resolve_model(str(request.cfg) if request.cfg is not None else None,
                                        str(request.weights) if request.weights is not None else None)
+    output = request.output.output
+    if output:  # the output rule (rundir.check_outputs): never an input, never an existing file unasked
+        check_outputs({"-o/--output": output}, {"--weights": weights_path, "--cfg": request.cfg},
+                      overwrite=request.output.overwrite)
     model = build_model(spec, weights_path)
     options = request.export.for_model(model)
-    output = request.output.output
-    out = Path(output) if output else request.run_dir.make("export") / f"{Path(str(weights_path)).stem}.onnx"
-    path = export_onnx(model, out, options)
+    check_size(model, options)
+    if output:
+        path = export_onnx(model, output, options)
+    else:
+        with removed_if_empty(request.run_dir.make("export")) as run_dir:
+            path = export_onnx(model, run_dir / f"{Path(str(weights_path)).stem}.onnx", options)
     report = ExportReport(path, options, path.stat().st_size)
     if options.nms and model.heads[-1].nms_kind != "default":
         report.note = (f"note: the cfg asks for nms_kind={model.heads[-1].nms_kind} (DIoU-NMS); the graph's "

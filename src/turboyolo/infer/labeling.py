@@ -24,8 +24,10 @@ from turboyolo.formats.datasets import label_path_for, list_images, load_data_co
 from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.options import RunDirArgs, option, require
+from turboyolo.rundir import check_outside, clear_previous_outputs, record_outputs
 
 SPLITS = ("unlabeled", "train", "val")
+SHARED = "not labelled"  # review status of an image whose label file another image of the split has
 
 
 @dataclass
@@ -75,11 +77,14 @@ class LabelReport:
         """Two lines: the counts (labelled, with no box, kept, unreadable) and where the review is."""
         written = [r for r in self.rows if r.status == "written"]
         kept = sum(r.status == "kept" for r in self.rows)
+        shared = sum(r.status.startswith(SHARED) for r in self.rows)
         boxes = sum(len(r.scores) for r in written)
         return (
             f"{len(self.rows)} images: {len(written)} labelled by the model ({boxes} boxes, "
             f"{sum(len(r.scores) == 0 for r in written)} with none), {kept} kept their existing labels, "
-            f"{len(self.rows) - len(written) - kept} unreadable\n"
+            f"{len(self.rows) - len(written) - kept - shared} unreadable"
+            + (f", {shared} not labelled: another image has the same label file (see review.csv)"
+               if shared else "") + "\n"
             f"review (lowest confidence first): {self.out_dir}/review.csv, contact_sheet.jpg"
         )
 
@@ -103,6 +108,19 @@ class ReviewRow:
 def split_images(data: str | Path, split: str) -> list[Path]:
     """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
     key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
+    images = [image for source in split_sources(data, split) for image in list_images(source)]
+    if not images:
+        raise DataError(f"{data}: the {split} split has no images")
+    return images
+
+
+def split_folders(data: str | Path, split: str) -> list[Path]:
+    """The image folders :func:`split_images` walks."""
+    return [source for source in split_sources(data, split) if Path(source).is_dir()]
+
+
+def split_sources(data: str | Path, split: str) -> list[Path]:
+    """The sources (folders, list files, images) of ``split`` (see :func:`split_images`)."""
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
     config = load_data_config(data)
@@ -123,10 +141,7 @@ def split_images(data: str | Path, split: str) -> list[Path]:
             sources = [resolve(str(v), config.root) for v in items]
     else:
         sources = config.split(split)
-    images = [image for source in sources for image in list_images(source)]
-    if not images:
-        raise DataError(f"{data}: the {split} split has no images")
-    return images
+    return sources
 
 
 def run_label(request: LabelRequest) -> LabelReport:
@@ -144,8 +159,14 @@ def run_label(request: LabelRequest) -> LabelReport:
     names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
     classes = class_indices(args.class_filter, names)
     _check_label_folders(images, request.label.overwrite)
+    if request.out_dir is None:  # its contact sheet inside the image folder would become an image
+        check_outside(Path(request.run_dir.project or "runs/label") / request.run_dir.name,
+                      split_folders(request.data, request.label.split), "--project")
     out_dir = request.out_dir or request.run_dir.make("label")
+    clear_previous_outputs(out_dir)  # --exist-ok: the last review list goes, never mixed with this one
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
+    written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg")
+    record_outputs(out_dir, [path for path in written if path.exists()])
     return LabelReport(out_dir, rows)
 
 
@@ -168,9 +189,14 @@ def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, labe
     row per image, lowest confidence first, and writes the review list into ``out_dir``."""
     rows: list[ReviewRow] = []
     todo = []
+    owners: dict[Path, Path] = {}  # label file -> the image that has it (a.jpg and a.png share a.txt)
     for image in images:
         path = label_path_for(image)
-        if path.exists() and not label.overwrite:
+        owner = owners.setdefault(path, image)
+        if owner != image:
+            rows.append(ReviewRow(image, path, f"{SHARED}: {printable(owner.name)} has the same label file; "
+                                  "rename one image"))
+        elif path.exists() and not label.overwrite:
             rows.append(ReviewRow(image, path, "kept"))
         else:
             todo.append((image, path))

@@ -18,10 +18,11 @@ import numpy as np
 
 from turboyolo.data.anchors import AnchorFit, anchor_fit, kmeans_anchors, letterbox_box_sizes
 from turboyolo.data.scan import Sample, scan_dataset
-from turboyolo.errors import ConfigError, DataError, writable_folder
+from turboyolo.errors import ConfigError, DataError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, write_cfg
 from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
 from turboyolo.options import img_size_pair, option, require
+from turboyolo.rundir import check_outputs
 from turboyolo.train.defaults import first_yolo
 
 ANCHOR_IOU = 0.5  # a box is coverable when its best anchor reaches this shape IoU (`turboyolo anchors`)
@@ -77,7 +78,9 @@ class AnchorsArgs:
     thresh: float = option(0.5, "IoU a box needs with its best anchor to count as recalled", type=float)
     restarts: int = option(10, "k-means++ starts; the best one is kept", type=int)
     seed: int = option(0, "random seed of the k-means starts", type=int)
-    output: str | None = option(None, "write --cfg with the fitted anchors to this file", "-o", "--output")
+    output: str | None = option(None, "write --cfg with the fitted anchors to this file (never --cfg itself)",
+                                "-o", "--output")
+    overwrite: bool = option(False, "replace the -o file if it exists", action="store_true")
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)
@@ -124,8 +127,8 @@ def run_anchors(request: AnchorsRequest, log: Callable[[str], object] = lambda _
         raise ConfigError("-o/--output rewrites a cfg: pass it with --cfg (or use `turboyolo cfg --anchors`)")
     if output and current is not None and len(current) != num:
         raise ConfigError(f"--num {num} but {cfg} has {len(current)} anchors; drop --num or -o")
-    if output:  # said before the k-means, not after
-        writable_folder(Path(output).absolute().parent, "-o/--output", create=False)
+    if output:  # the output rule (rundir.py): never an input, never an existing file unasked
+        check_outputs({"-o/--output": output}, {"--cfg": cfg, "--data": data}, overwrite=args.overwrite)
     if args.img_size is None:
         size = (spec.net.width, spec.net.height) if spec is not None else (416, 416)
     else:

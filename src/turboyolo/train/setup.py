@@ -28,7 +28,15 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
-from turboyolo.rundir import next_run_dir
+from turboyolo.rundir import (
+    RESUME_OUTPUT,
+    check_outputs,
+    check_outside,
+    next_run_dir,
+    resume_run_dir,
+    reuse_note,
+    run_outputs,
+)
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.checkpoint import restore
@@ -93,20 +101,29 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
         saved = TrainConfig.from_dict(resume_state["config"], source=f"{config.resume} (its config)")
-        ignored = [name for name in config.given if name not in RESUMABLE]
+        ignored = [name for name in config.given if name not in RESUMABLE + RESUME_OUTPUT]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
                 f"(only {', '.join(RESUMABLE)} may change)")
+        run_dir, made_here, where = distributed.broadcast_object(  # the output rule of rundir.py
+            resume_run_dir(config.resume, config.output, config.given) if env.is_main else None)
+        say(f"--resume writes into {run_dir} ({where})")
         config = saved.resumed(config)
         spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
-        run_dir = Path(config.resume).resolve().parent.parent
     else:
         spec = apply_overrides(load_cfg(config, say), config, say)
         config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
         output = config.output
+        check_outside(Path(output.project) / output.name, load_data_config(config.data).folders(),
+                      "--project")  # the output rule (rundir.py): a run never lands in its own data
         made = next_run_dir(output.project, output.name, output.exist_ok) if env.is_main else None
         run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         made_here = not config.output.exist_ok
+        inputs = {"--weights": config.weights, "--cfg": config.cfg, "--data": config.data,
+                  "--hyp": config.hyp}
+        check_outputs(run_outputs(run_dir), inputs, overwrite=True)  # --exist-ok never writes over them
+        if output.exist_ok and env.is_main and (note := reuse_note(run_dir)):
+            say(f"note: {note}")
     run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
 
     for note in training_only_notes(spec):
