@@ -185,3 +185,16 @@ def test_a_split_without_ground_truth_has_no_map(tmp_path, cli, tiny_model):
     run.assert_clean(0)
     assert "no ground truth in the split" in run.output and "mAP not measured" in run.output, run.output
     assert "mAP@0.5 0.0000" not in run.output
+
+
+def test_a_checkpoint_with_a_damaged_plan_is_named(run_copy, cli):
+    import torch
+
+    run_dir, _, _ = run_copy
+    last = run_dir / "weights" / "last.pt"
+    state = torch.load(last, weights_only=False)
+    state["plan"]["schedule"] = "fast"
+    torch.save(state, last)
+    run = cli("train", "--resume", last, "--epochs", 2)
+    run.assert_clean(1)
+    assert f"{last}: damaged checkpoint: its plan cannot be read" in run.output, run.output

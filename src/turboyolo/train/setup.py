@@ -14,7 +14,7 @@ import yaml
 from torch.nn.parallel import DistributedDataParallel
 
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import FlagError
+from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import (
     ModelSpec,
     format_cfg,
@@ -225,8 +225,12 @@ def run_plan(run: Run) -> Plan:
     net, config = run.spec.net, run.config
     if run.resume_state is not None:
         saved = run.resume_state.get("plan")
-        plan = (Plan.from_dict(saved) if saved else
-                legacy_plan(config, net, run.planned_iterations(), run.planned_epochs()))
+        try:
+            plan = (Plan.from_dict(saved) if saved else
+                    legacy_plan(config, net, run.planned_iterations(), run.planned_epochs()))
+        except (TypeError, KeyError, ValueError, AttributeError) as err:
+            raise WeightsError(f"{config.resume}: damaged checkpoint: its plan cannot be read ({err!r}); "
+                               "resume from another checkpoint, or --weights it into a new run") from None
         planned = run.planned_iterations()
         if plan.iterations != planned and config.optim.lr_schedule == "fitted":
             iteration = int(run.resume_state.get("iteration", 0))
