@@ -16,6 +16,7 @@ fit: ``epochs: "ten"``, ``epochs: 1.5``, ``lr: nan``, ``augment: "yes"``.
 from __future__ import annotations
 
 import math
+import os
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,7 @@ def _match(value: Any, kind: str) -> tuple[bool, Any]:
     if kind == "str":
         if isinstance(value, str):
             return True, value
-        return (True, str(value)) if isinstance(value, Real) else (False, None)
+        return (True, str(value)) if isinstance(value, Real | os.PathLike) else (False, None)
     if kind == "list":
         return isinstance(value, list | tuple), value
     if kind.startswith("tuple[") and kind.endswith("]"):
