@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from turboyolo.devices import AMP_CHOICES
-from turboyolo.errors import ConfigError, FlagError, TurboYoloError
+from turboyolo.errors import FlagError, TurboYoloError
 from turboyolo.formats.darknet_cfg import parse_anchor_list
 from turboyolo.formats.yamlfile import read_yaml, typed
 from turboyolo.model.zoo import ARCHITECTURES
@@ -603,7 +603,8 @@ def checked(values: dict[str, Any], source: str) -> dict[str, Any]:
     and ranges (each group's ``check``); ``anchors`` may be a YAML list of numbers (or of pairs).
 
     Raises:
-        ConfigError: naming ``source`` (the file; empty for keywords) and the key.
+        ConfigError (a wrong type), FlagError (out of range): naming ``source`` (the file; empty for
+            keywords and flags) and the key.
     """
     out = {}
     for key, value in values.items():
@@ -615,8 +616,10 @@ def checked(values: dict[str, Any], source: str) -> dict[str, Any]:
         mine = {key: value for key, value in out.items() if OPTION_GROUP.get(key) == group}
         try:
             kind(**mine).check()  # the group's range checks, on this source's values alone
-        except TurboYoloError as err:
-            raise ConfigError(f"{source}: {err}" if source else str(err)) from None
+        except TurboYoloError as err:  # the same kind of error, the file named
+            if not source:
+                raise
+            raise type(err)(f"{source}: {err}") from None
     return out
 
 
