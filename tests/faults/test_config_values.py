@@ -58,7 +58,7 @@ def test_a_config_value_of_the_wrong_type_or_range_is_named(setup, cli, text, ke
     ("mosaic: two", "the text 'two'"),
     ("degrees: .nan", "not a finite number"),
     ("fliplr: 1.5", "probability"),
-    ("loss: {box_gain: '1'}", "the text '1'"),
+    ("loss: {box_gain: '1 x'}", "the text '1 x'"),
 ])
 def test_a_hyp_value_of_the_wrong_type_or_range_is_named(setup, cli, text, said):
     tmp_path, cfg, data = setup
@@ -89,6 +89,15 @@ def test_a_yaml_alias_bomb_is_refused_before_it_grows(setup, cli):
     as_data = _train(cli, tmp_path, cfg, tmp_path / "bomb-data.yaml")
     as_data.assert_clean(1)
     assert "bomb-data.yaml" in as_data.output and "aliases expand" in as_data.output
+
+
+def test_numbers_written_as_yaml_1_1_text_still_read(setup):
+    from turboyolo.train.config import read_config
+
+    tmp_path, _, _ = setup
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("lr: 1e-3\nepochs: '12'\nweight_decay: 5.0e-4\n")  # 1e-3 is text to YAML 1.1
+    assert read_config(recipe) == {"lr": 0.001, "epochs": 12, "weight_decay": 0.0005}
 
 
 def test_aliases_within_the_bound_still_read(setup, cli):

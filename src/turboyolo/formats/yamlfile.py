@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ def typed(value: Any, kind: str, key: str, source: str = "") -> Any:
     ``bool`` or ``tuple[float, float]`` (alternatives separated by ``|``; others are not checked).
 
     An integral float is an int (``2.0``), an int is a float; numbers are text where text is expected
-    (``device: 0``); a list is a tuple. Never a bool for a number (``yes`` is not 1), never text for a
+    (``device: 0``); a list is a tuple; a number written as text is that number (``1e-3``, which YAML 1.1
+    reads as text; ``"10"``). Never a bool for a number (``yes`` is not 1), never text for a
     number (``"ten"``, ``"nan"``), never a non-finite number (``.nan``, ``.inf``), never 1.5 for an int.
 
     Returns:
@@ -150,6 +152,10 @@ def typed(value: Any, kind: str, key: str, source: str = "") -> Any:
     raise ConfigError(f"{where}{key}: expected {expected}, got {_shown(value)}; fix the value")
 
 
+_NUMBER = {"int": re.compile(r"^[-+]?[0-9]+$"),
+           "float": re.compile(r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")}
+
+
 def _match(value: Any, kind: str) -> tuple[bool, Any]:
     if kind == "None":
         return value is None, None
@@ -159,6 +165,8 @@ def _match(value: Any, kind: str) -> tuple[bool, Any]:
         return isinstance(value, bool), value
     if isinstance(value, bool):
         return False, None
+    if isinstance(value, str) and kind in ("int", "float") and _NUMBER[kind].match(value.strip()):
+        value = float(value) if kind == "float" else int(value)  # YAML 1.1 reads 1e-3 as text
     if kind == "int":
         if isinstance(value, Integral):
             return True, int(value)
