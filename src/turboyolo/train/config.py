@@ -566,7 +566,7 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
 def refuse_new_inputs(saved: TrainConfig, passed: TrainConfig) -> None:
     """``--resume`` continues the run's own network, weights and data: a ``--cfg``, ``--weights``,
     ``--data`` or ``--hyp`` other than the run's is refused (never silently dropped)."""
-    for key in ("cfg", "weights", "data", "hyp"):
+    for key in ("weights", "cfg", "data", "hyp"):  # --weights NAME alone also sets cfg: name --weights
         mine, given = getattr(saved, key), getattr(passed, key)
         if given and given != mine and not (mine and _same_file(mine, given)):
             raise FlagError(
