@@ -198,3 +198,12 @@ def test_a_checkpoint_with_a_damaged_plan_is_named(run_copy, cli):
     run = cli("train", "--resume", last, "--epochs", 2)
     run.assert_clean(1)
     assert f"{last}: damaged checkpoint: its plan cannot be read" in run.output, run.output
+
+
+def test_a_video_that_cannot_be_read_is_not_called_an_image(tmp_path, cli, tiny_model):
+    cfg, weights, _, _ = tiny_model
+    broken = tmp_path / "broken.avi"
+    broken.write_bytes(b"not a video")
+    run = cli("detect", broken, "--cfg", cfg, "--weights", weights, "--project", tmp_path / "d")
+    run.assert_clean(0)
+    assert "1 unreadable videos skipped" in run.output and "broken.avi" in run.output, run.output
