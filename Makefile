@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # their own build through the ranges in pyproject.toml.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-all lint bench-data clean
+.PHONY: demo test test-all lint bench-data bench-ultralytics clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,19 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests bench
+
+# ultralytics in its own venv, for bench/vs_ultralytics.py (the data-path side-by-side); its version is
+# the one docs/PERFORMANCE.md quotes
+ULTRA_VENV ?= .venv-ultralytics
+ULTRA_PINS ?= ultralytics==8.4.190
+
+$(ULTRA_VENV)/.installed:
+	test -x $(ULTRA_VENV)/bin/python || $(PYTHON) -m venv $(ULTRA_VENV)
+	$(ULTRA_VENV)/bin/python -m pip install -q $(TORCH_PINS) $(ULTRA_PINS)
+	touch $@
+
+bench-ultralytics: $(VENV)/.installed $(ULTRA_VENV)/.installed
+	$(PY) bench/vs_ultralytics.py --ultra-python $(ULTRA_VENV)/bin/python $(BENCH_ARGS)
 
 clean:
 	rm -rf runs build *.egg-info

@@ -5,12 +5,14 @@ fetched with ``apt-get download`` + ``dpkg-deb -x`` into a temporary folder unle
 Each photo gets 3 synthetic boxes (deterministic), so the box code runs too.
 
 Everything is measured in one run, single core (``torch.set_num_threads(1)``, ``cv2.setNumThreads(1)``,
-in-process, no workers), at 416 px with full default augmentation, as CPU time of the measuring process
-(so other load on a shared machine does not count against a pipeline):
+in-process, no workers), at 416 px with ``turboyolo train``'s default augmentation (mosaic 1, see
+:func:`turboyolo.doctor.throughput.train_default_augment`) and, named so, with mosaic off, as CPU time of
+the measuring process (so other load on a shared machine does not count against a pipeline):
 
 - decode floor: turboyolo's reduced-size decode + resize to 416 alone (and OpenCV's IMREAD_REDUCED for
   reference);
-- turboyolo cold: original files -> decode -> one-warp augmentation + HSV -> collate (uint8);
+- turboyolo cold: original files -> decode (each original once per epoch: mosaic partners come from the
+  images in hand) -> mosaic or one-warp augmentation + HSV -> collate (uint8);
 - turboyolo warm: the prepared cache (built beforehand, not timed) -> augmentation -> collate;
 - hand-off: main-process CPU per image with one worker (warm path);
 - PyTorch-YOLOv3 (PyPI ``pytorchyolo==1.8.0`` in its own venv, ``--pyyolo-python``): its ``ListDataset``
@@ -43,7 +45,7 @@ from turboyolo.data.cache import prepare_cache
 from turboyolo.data.decode import load_image
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
-from turboyolo.doctor.throughput import cpu_model, measure_loader
+from turboyolo.doctor.throughput import cpu_model, measure_loader, train_default_augment
 from turboyolo.formats.labels import write_yolo_labels
 
 PACKAGES = ("lomiri-wallpapers-16.04", "lomiri-wallpapers-20.04")
@@ -150,8 +152,9 @@ def cv2_reduced(path: Path, target: int = IMG_SIZE) -> np.ndarray:
                       interpolation=cv2.INTER_AREA)
 
 
-def loader_cpu_per_image(samples, cache, passes: int) -> float:
-    loader = build_loader(samples, img_size=IMG_SIZE, batch_size=BATCH, augment=AugmentParams.from_net(),
+def loader_cpu_per_image(samples, cache, passes: int, mosaic: bool = True) -> float:
+    augment = train_default_augment() if mosaic else AugmentParams.from_net()
+    loader = build_loader(samples, img_size=IMG_SIZE, batch_size=BATCH, augment=augment,
                           workers=0, shuffle=True, cache=cache)
     m = measure_loader(loader, passes * len(samples))
     return m.cpu_s / m.images
@@ -205,15 +208,19 @@ def main() -> int:
             lambda p: load_image(p, IMG_SIZE), photos, args.passes)
         rows["decode floor, OpenCV IMREAD_REDUCED + INTER_AREA (reference)"] = cpu_per_image(
             cv2_reduced, photos, args.passes)
-        rows["turboyolo cold (original files, full augmentation)"] = loader_cpu_per_image(
+        rows["turboyolo cold (original files), train's default: mosaic 1"] = loader_cpu_per_image(
             samples, None, args.passes)
+        rows["turboyolo cold (original files), mosaic 0"] = loader_cpu_per_image(
+            samples, None, args.passes, mosaic=False)
         cache = prepare_cache(samples, IMG_SIZE, Path(tmp) / "prepared", workers=1, log=lambda *_: None)
-        rows["turboyolo warm (prepared cache, full augmentation)"] = loader_cpu_per_image(
+        rows["turboyolo warm (prepared cache), train's default: mosaic 1"] = loader_cpu_per_image(
             samples, cache, max(args.passes, 20))
+        rows["turboyolo warm (prepared cache), mosaic 0"] = loader_cpu_per_image(
+            samples, cache, max(args.passes, 20), mosaic=False)
         handoff_ms = {}
         for batch in (8, 16, 32):
             loader = build_loader(samples, img_size=IMG_SIZE, batch_size=batch,
-                                  augment=AugmentParams.from_net(), workers=1, shuffle=True, cache=cache)
+                                  augment=train_default_augment(), workers=1, shuffle=True, cache=cache)
             handoff_ms[batch] = measure_loader(loader, 30 * len(samples)).main_ms_per_image
             del loader
         if Path(args.pyyolo_python).exists():

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# All GPU measuring in one device call (< 5 minutes on the H200 machine): YOLOv3-416, mini-batch 32.
+# All GPU measuring in one device call (about 7 minutes on an H100/H200 machine, the two train rows
+# included): YOLOv3-416, mini-batch 32.
 #   synthetic ceiling (bf16, channels_last, data already on the GPU) -> $OUT/ceiling.json
 #   PyTorch-YOLOv3 1.8.0's loop as shipped, own process + wheels  -> $OUT/pyyolo.json
 #   turboyolo, --cache ram, CPU augmentation                      -> $OUT/ours-cpu.json
 #   turboyolo, --cache ram, --augment-on device                   -> $OUT/ours-device.json
 #   checkpoint stall                                               -> $OUT/checkpoint.json
+#   `turboyolo train`, no loader flags (auto where the run chooses) -> $OUT/train-auto.json
+#   `turboyolo train --cache ram --augment-on device` (hand-tuned) -> $OUT/train-tuned.json
 # then prints the table ($OUT/table.md). Each JSON is written as soon as its section ends.
 # Prepare first, here: bash bench/gpu_prepare.sh; then
-#   run(command="bash bench/gpu.sh", carry=["bench/wheels", "bench/photos"], timeout_s=420)
+#   run(command="bash bench/gpu.sh", carry=["bench/wheels", "bench/photos"], timeout_s=600)
 # DRY_RUN=1: the same sequence on the CPU at a tiny size (64 px, a few seconds per section), to check
 # the script without a GPU; PyTorch-YOLOv3 then runs from PYYOLO_PYTHON (default /tmp/pyyolo-venv).
 set -uo pipefail
@@ -18,10 +21,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-$( [ -x .venv/bin/python ] && [ "${DRY_RUN:-0}" = 1 ] && echo .venv/bin/python || echo python3)}
 WORK=$(mktemp -d)
 if [ "${DRY_RUN:-0}" = 1 ]; then
-  SIZE=64; BATCH=4; SECONDS_RUN=4; WARMUP=1; COPIES=1; WORKERS=1; DEVICE=cpu
+  SIZE=64; BATCH=4; SECONDS_RUN=4; WARMUP=1; COPIES=1; WORKERS=1; DEVICE=cpu; EPOCHS=2; TRAIN_TIMEOUT=900
   PYYOLO_PY=${PYYOLO_PYTHON:-/tmp/pyyolo-venv/bin/python}
 else
-  SIZE=416; BATCH=32; SECONDS_RUN=30; WARMUP=10; COPIES=54; WORKERS=15; DEVICE=cuda
+  SIZE=416; BATCH=32; SECONDS_RUN=30; WARMUP=10; COPIES=54; WORKERS=15; DEVICE=cuda; EPOCHS=4; TRAIN_TIMEOUT=150
   PYYOLO_PY=python3
   nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$OUT/env.txt" 2>&1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pyyolo-site \
@@ -51,5 +54,7 @@ mkdir -p "$WORK/pyyolo"
 $PY bench/gpu_bench.py ours-cpu "${COMMON[@]}"
 $PY bench/gpu_bench.py ours-device "${COMMON[@]}"
 $PY bench/gpu_bench.py checkpoint "${COMMON[@]}"
+$PY bench/gpu_bench.py train-auto "${COMMON[@]}" --epochs "$EPOCHS" --train-timeout "$TRAIN_TIMEOUT"
+$PY bench/gpu_bench.py train-tuned "${COMMON[@]}" --epochs "$EPOCHS" --train-timeout "$TRAIN_TIMEOUT"
 $PY bench/gpu_bench.py table --out "$OUT"
 rm -rf "$WORK"

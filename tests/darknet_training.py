@@ -59,22 +59,22 @@ def run_steps(weights: str | Path, iterations: int, keep: tuple[int, ...] = (), 
     iterations after which to keep the weights (the last always)."""
     from turboyolo.devices import amp_dtype_for
     from turboyolo.train.config import TrainConfig, read_config
-    from turboyolo.train.defaults import resolve
     from turboyolo.train.distributed import DistEnv
     from turboyolo.train.engine import StepOptions, train_one_epoch
     from turboyolo.train.plan import make_plan
-    from turboyolo.train.setup import apply_overrides, build_state, load_cfg
+    from turboyolo.train.resolve import resolve_options
+    from turboyolo.train.setup import build_state, load_cfg
 
     def quiet(*_):
         return None
 
     config = TrainConfig.build(str(FIXTURE / "train.cfg"), "unused.data", str(weights),
                                base=read_config("darknet"), device="cpu", **options)
-    spec = apply_overrides(load_cfg(config, quiet), config, quiet)
-    config = resolve(config, spec)
+    resolved = resolve_options(config, load_cfg(config, quiet), quiet)
+    config, spec = resolved.config, resolved.spec
     device = torch.device("cpu")
-    plan = make_plan(config, spec.net, iterations, 1, iterations)
-    state = build_state(config, spec, DistEnv(), device, None, quiet, plan)
+    resolved = resolved.with_plan(make_plan(config, spec.net, iterations, 1, iterations))
+    state = build_state(resolved, DistEnv(), device, None, quiet)
     net = spec.net
     images, targets = fixture_batch()
     steps = Steps(heads=tuple(head.layer_index for head in state.model.heads))

@@ -13,10 +13,9 @@ from turboyolo.cli import main as cli
 from turboyolo.errors import FlagError
 from turboyolo.model.zoo import make_spec
 from turboyolo.train.config import RECIPES, TrainConfig, read_config
-from turboyolo.train.defaults import resolve
 from turboyolo.train.optim import Schedule, lr_at
 from turboyolo.train.plan import make_plan
-from turboyolo.train.setup import apply_overrides
+from turboyolo.train.resolve import resolve_options
 
 
 def test_the_trees_recipe_is_the_defaults_plus_what_is_specific_to_the_trees():
@@ -29,8 +28,8 @@ def test_the_trees_recipe_is_the_defaults_plus_what_is_specific_to_the_trees():
                               "assign_iou_thres", "mosaic", "close_mosaic", "obj_iou"}
     config = TrainConfig.build(data="trees.data", base=values)
     assert (config.cfg, config.weights) == ("yolov3-tiny", "yolov3-tiny")
-    spec = apply_overrides(make_spec("yolov3-tiny", num_classes=1), config, say=lambda *_: None)
-    config = resolve(config, spec)
+    resolved = resolve_options(config, make_spec("yolov3-tiny", num_classes=1), say=lambda *_: None)
+    config, spec = resolved.config, resolved.spec
     assert spec.yolo_layers[0][1].anchors[0] == (16.0, 17.0) and spec.net.batch == 8
     assert spec.net.subdivisions == 1 and config.augment.aug_scale == (0.8, 1.5)
     loss = config.loss
@@ -58,8 +57,11 @@ def test_config_round_trip_reproduces_the_run(tmp_path, capsys):
     capsys.readouterr()
     a, b = (yaml.safe_load((tmp_path / "runs" / name / "config.yaml").read_text()) for name in "ab")
     for values in (a, b):
-        values["output"].pop("name"), values.pop("given")
-    assert a == b  # every group: schedule, optimizer, augmentation, loss, evaluation, and the plan
+        values["output"].pop("name"), values.pop("given"), values.pop("from_file")
+        values.pop("sources")  # a: flags and auto; b: the recipe (a's config.yaml)
+        values["pipeline"] = {key: values["pipeline"][key] for key in ("cache", "augment_on", "workers")}
+    assert a == b  # every group: schedule, optimizer, augmentation, loss, evaluation, the input pipeline
+    # (auto's choice in a, frozen into its config.yaml: the same in b) and the plan
 
     def rows(name):
         with open(tmp_path / "runs" / name / "results.csv", newline="") as handle:

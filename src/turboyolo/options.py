@@ -19,7 +19,6 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from turboyolo.devices import AMP_CHOICES
 from turboyolo.errors import FlagError
 from turboyolo.rundir import next_run_dir
 
@@ -47,6 +46,8 @@ def device_option(default: str = "auto"):
 
 def amp_option():
     """``--amp``: mixed precision (:func:`turboyolo.devices.amp_dtype_for`)."""
+    from turboyolo.devices import AMP_CHOICES  # torch: only for the commands that take --amp
+
     return option("auto", "mixed precision (auto: bf16 or fp16 on CUDA, off on CPU)", choices=AMP_CHOICES)
 
 

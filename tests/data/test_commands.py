@@ -24,13 +24,22 @@ def test_convert_coco_command(tmp_path, capsys):
 
 
 def test_prepare_and_bench(tmp_path, isolated_cache, capsys):
-    make_dataset(tmp_path, count=5)
+    make_dataset(tmp_path, count=8)
     assert _run(prepare, ["--data", str(tmp_path / "images"), "--img_size", "64", "--split", "train",
                           "--out", str(tmp_path / "prep")]) == 0
     assert (tmp_path / "prep" / "train" / "index.json").is_file()
-    assert _run(bench, ["data", "--data", str(tmp_path / "images"), "--img-size", "64", "--images", "8",
+    # 8 images, batch 4: the warm-up batch + 12 measured images = 2 whole epochs per row
+    assert _run(bench, ["data", "--data", str(tmp_path / "images"), "--img-size", "64", "--images", "12",
                         "--batch-size", "4", "--cache-dir", str(tmp_path / "prep" / "train")]) == 0
     out = capsys.readouterr().out
-    for row in ("cold (original files), augment", "warm (prepared cache), no augment", "hand-off"):
-        assert row in out
+    rows = [line.strip() for line in out.splitlines() if "img/s per core" in line]
+    # train's default first (mosaic on, original files), then the faster settings, each named
+    assert rows[0].startswith("cold: train's default: --cache none, --augment-on cpu, mosaic 1")
+    for row in ("cold: --cache none, mosaic 0", "warm: --cache ram|disk (prepared cache), mosaic 1",
+                "warm: --cache ram|disk, mosaic 0", "warm: --cache ram|disk --augment-on device"):
+        assert any(line.startswith(row) for line in rows), row
+    decodes = {line.split(":")[0] + line.split(":")[1][:20]: float(line.split()[-4]) for line in rows}
+    assert all(d == 1.0 for name, d in decodes.items() if name.startswith("cold"))  # once per epoch
+    assert all(d == 0 for name, d in decodes.items() if name.startswith("warm"))
+    assert "hand-off" in out
     assert "valid" in out  # the prepared cache was reused

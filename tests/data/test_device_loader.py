@@ -1,13 +1,15 @@
 """``augment_on="device"``: same batches (indices, boxes, metas) as the CPU path, pixels up to rounding."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from synth import make_image_folder as make_dataset
-from turboyolo.data.augment import AugmentParams
+from turboyolo.data.augment import AugmentParams, mixup_partner, mosaic_partners
 from turboyolo.data.cache import prepare_cache
-from turboyolo.data.device_loader import CanvasBatch
+from turboyolo.data.device_loader import CanvasBatch, check_device_augment, device_augment_unsupported
 from turboyolo.data.loader import move_to_device
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
@@ -111,9 +113,6 @@ def test_remaining_matches_tail_of_epoch(samples, cache):
 
 
 def test_errors_name_the_flag(samples):
-    with pytest.raises(DataError, match="--augment-on device"):
-        build_loader(samples, workers=0, augment=AugmentParams(mosaic=0.5), augment_on="device", img_size=64,
-                     batch_size=2, shuffle=True)
     with pytest.raises(DataError, match="--augment-on"):
         build_loader(samples, workers=0, augment=None, augment_on="gpu", img_size=64, batch_size=2,
                      shuffle=False)
@@ -145,3 +144,114 @@ def test_train_with_device_augmentation_resumes_exactly(tmp_path):
     for key in a:
         assert torch.equal(a[key], b[key]), key
     assert "data_wait" in (straight / "results.csv").read_text().splitlines()[0]
+
+
+def _epoch_batches(loader, epoch, mix=True):
+    loader.set_epoch(epoch, mix=mix)
+    return [(move_to_device(images, "cpu"), targets.clone(), [str(m.path) for m in metas],
+             np.array([m.matrix for m in metas]), metas.failures) for images, targets, metas in loader]
+
+
+@pytest.mark.parametrize("mosaic,mixup,workers", [(1.0, 0.0, (0,)), (0.5, 0.0, (0,)), (0.5, 0.5, (0, 1)),
+                                                   (0.0, 1.0, (0,))])
+def test_device_mosaic_and_mixup_match_cpu_path(samples, cache, mosaic, mixup, workers):
+    # the CPU path's partners, draws and boxes; pixels up to rounding; mix=False (--close-mosaic) too
+    augment = AugmentParams(degrees=5, scale=(0.5, 1.5), mosaic=mosaic, mixup=mixup)
+    cpu_loader = build_loader(samples, workers=0, cache=cache, augment=augment, **KW)
+    for count in workers:
+        dev_loader = build_loader(samples, workers=count, cache=cache, augment=augment,
+                                  augment_on="device", **KW)
+        for epoch, mix in ((0, True), (1, True), (2, False)):
+            cpu = _epoch_batches(cpu_loader, epoch, mix)
+            dev = _epoch_batches(dev_loader, epoch, mix)
+            assert len(dev) == len(cpu)
+            for (ci, ct, cp, cm, _), (di, dt, dp, dm, _) in zip(cpu, dev, strict=True):
+                assert dp == cp and torch.equal(dt, ct)  # boxes bit for bit
+                np.testing.assert_array_equal(dm, cm)
+                assert di.shape == ci.shape
+                diff = (di - ci).abs() * 255
+                # colour: OpenCV quantises H/S/V to 8 bits; mixup: the CPU rounds both images first
+                assert diff.mean() < 1.5, float(diff.mean())
+
+
+def test_device_mosaic_replaces_a_broken_partner_as_the_cpu_path(samples, tmp_path):
+    # no cache: the originals are decoded; one is damaged after the scan, so some mosaics lose a partner
+    samples[3].image.write_bytes(b"not an image")
+    augment = AugmentParams(mosaic=1.0, mixup=0.5)
+    cpu = _epoch_batches(build_loader(samples, workers=0, augment=augment, **KW), 0)
+    dev = _epoch_batches(build_loader(samples, workers=0, augment=augment, augment_on="device", **KW), 0)
+    failures = [f for *_, f in cpu]
+    assert any(failures)  # the damaged file was drawn as a partner
+    assert failures == [f for *_, f in dev]
+    for (_, ct, cp, *_), (_, dt, dp, *_) in zip(cpu, dev, strict=True):
+        assert dp == cp and torch.equal(dt, ct)
+
+
+def test_workers_reuse_buffers_when_mosaics_vary_the_canvas_count(samples, cache):
+    # mosaic 0.5 + mixup: each batch takes a different number of canvases (4 to 8 per image)
+    kwargs = dict(cache=cache, augment=AugmentParams(mosaic=0.5, mixup=0.3), augment_on="device", **KW)
+    in_process = build_loader(samples, workers=0, **kwargs)
+    reference = [b[0] for epoch in range(4) for b in _epoch_batches(in_process, epoch)]
+    loader = build_loader(samples, workers=2, prefetch_factor=1, **kwargs)
+    counts, converted, held = set(), [], None
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        for images, _, _ in loader:
+            counts.add(images.canvases.shape[0] / images.shape[0])
+            if held is not None:
+                converted.append(move_to_device(held, "cpu"))
+            held = images
+    converted.append(move_to_device(held, "cpu"))
+    assert len(counts) > 2
+    for expected, got in zip(reference, converted, strict=True):
+        assert torch.equal(expected, got)
+
+
+def test_device_augment_unsupported_says_why():
+    assert device_augment_unsupported(None) is None
+    assert device_augment_unsupported(AugmentParams()) is None
+    assert device_augment_unsupported(AugmentParams(mosaic=1.0, mixup=0.5, flipud=0.5, degrees=10)) is None
+
+    @dataclasses.dataclass(frozen=True)
+    class WithCopyPaste(AugmentParams):  # an augmentation the device path has not learnt
+        copy_paste: float = 0.0
+
+    assert device_augment_unsupported(WithCopyPaste()) is None  # off: nothing differs
+    reason = device_augment_unsupported(WithCopyPaste(copy_paste=0.5))
+    assert reason is not None and "copy_paste=0.5" in reason
+    with pytest.raises(DataError, match="--augment-on device: .*copy_paste.*--augment-on cpu"):
+        check_device_augment(WithCopyPaste(copy_paste=0.5))
+
+
+@pytest.mark.slow
+def test_train_cli_with_device_mosaic_and_mixup(tmp_path, isolated_cache, capsys):
+    # (unmarked: tests/train/test_seams.py trains on the device's mosaics through the CLI, in-process)
+    from synth import make_dataset as make_train_set
+    from synth import micro_cfg
+    from turboyolo.cli import main
+
+    data = make_train_set(tmp_path / "data", 6, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
+    code = main(["train", "--cfg", str(cfg), "--data", str(data), "--workers", "1", "--epochs", "2",
+                 "--project", str(tmp_path / "runs"), "--evaluation-interval", "0", "--checkpoint-interval",
+                 "0", "--augment-on", "device", "--cache", "ram", "--mosaic", "1", "--mixup", "0.5"])
+    assert code == 0, capsys.readouterr().err
+    run = tmp_path / "runs" / "exp"
+    config = (run / "config.yaml").read_text()
+    assert "mosaic: 1.0" in config and "mixup: 0.5" in config and "augment_on: device" in config
+    rows = (run / "results.csv").read_text().splitlines()
+    assert len(rows) == 3  # a header and both epochs
+
+
+def test_partners_come_from_the_pool_the_key_carries():
+    # a key may carry its partner pool (the run of batches one worker makes); whole-set pools draw
+    # exactly what no pool draws
+    pool = (7, 3, 11, 5)
+    for index in range(20):
+        partners = mosaic_partners(1, 2, index, 40, 1.0, pool=pool)
+        assert partners is not None and set(partners) <= set(pool)
+        whole = mosaic_partners(1, 2, index, 40, 1.0, pool=tuple(range(40)))
+        assert whole == mosaic_partners(1, 2, index, 40, 1.0)
+        partner, ratio = mixup_partner(1, 2, index, 40, 1.0, pool=pool)
+        assert partner in pool and 0 < ratio < 1
+    assert mosaic_partners(1, 2, 0, 40, 0.0) is None and mixup_partner(1, 2, 0, 40, 0.0) is None

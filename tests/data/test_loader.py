@@ -41,7 +41,12 @@ def test_batches_do_not_depend_on_workers_or_cache(samples, tmp_path):
                   multiscale=(64, 128))
     reference = _epochs(build_loader(samples, workers=0, **kwargs))
     images, targets, _ = reference[0][:3]
-    assert images.dtype == torch.uint8 and images.shape[1] == 3 and images.is_contiguous()
+    assert images.dtype == torch.uint8 and images.shape[1] == 3
+    # channels-last in memory (no transposing copy in the loader); on the device: contiguous, same values
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    moved = move_to_device(images, "cpu")
+    assert moved.is_contiguous() and torch.equal(moved, images.float() / 255)
+    assert move_to_device(images, "cpu", channels_last=True).is_contiguous(memory_format=torch.channels_last)
     assert targets.dtype == torch.float32 and targets.shape[1] == 6
     assert set(targets[:, 0].long().tolist()) <= set(range(images.shape[0]))
     for workers in (1, 2):

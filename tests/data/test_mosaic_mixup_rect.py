@@ -131,7 +131,9 @@ def test_close_mosaic_keys_switch_mosaic_off(tmp_path):
     loader = build_loader(samples, img_size=64, batch_size=3, augment=AugmentParams(mosaic=1.0, **PLAIN),
                           workers=0, shuffle=True, seed=0)
     mosaic_batch = next(iter(loader))
-    assert all(k.__len__() == 3 for k in next(iter(loader.batch_sampler)))
+    mixing_keys = next(iter(loader.batch_sampler))
+    # mixing: (index, epoch, size, True, pool), the pool holding the batch's own samples
+    assert all(len(k) == 5 and k[3] is True and k[0] in k[4] for k in mixing_keys)
     loader.set_epoch(0, mix=False)
     keys = next(iter(loader.batch_sampler))
     assert all(len(k) == 4 and k[3] is False for k in keys)

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from turboyolo.cli import main
-from turboyolo.doctor.measure import DoctorOptions, measure_step
-from turboyolo.doctor.verdict import DATA_WAIT_OK
+from turboyolo.doctor.measure import DoctorOptions, resolved_run, step_seconds, train_state
 from turboyolo.formats.darknet_cfg import parse_cfg, write_cfg
 from turboyolo.model.zoo import make_spec
 
@@ -43,17 +42,21 @@ def _run(tmp_path, cfg, *extra):
 def test_data_only_mode_writes_markdown_and_json(tiny, capsys):
     tmp_path, cfg = tiny
     run, report = _run(tmp_path, cfg, "--assume-step-ms", "0.5")
-    verdict = report["verdict"]
-    # which stage limits depends on this machine's speed (timings belong in bench/); the verdict must
-    # agree with its own data-wait whatever it is
-    assert 0 <= verdict["data_wait"] <= 1
-    data_bound = verdict["data_wait"] >= DATA_WAIT_OK
-    assert (verdict["bottleneck"] in ("decode", "cache read", "augment", "hand-off", "workers")) == data_bound
-    assert (verdict["bottleneck"] == "model step") == (not data_bound)
-    assert report["timings"]["step_source"] == "assumed 0.5 ms"
-    assert report["timings"]["decode_s"] > 0 and report["timings"]["loader_images_per_s"]["0"] > 0
+    verdict, timings = report["verdict"], report["timings"]
+    assert verdict["bottleneck"] in ("model step", "decode", "cache read", "augment", "hand-off", "workers")
+    assert 0 <= verdict["data_wait"] <= 1 and verdict["expected_images_per_s"] > 0
+    assert timings["step_source"] == "assumed 0.5 ms"
+    assert timings["decode_s"] > 0 and timings["loader_images_per_s"]["0"] > 0
+    # wall-clock predictions of the loader for workers 0 and the configured count x cache x augment
+    assert {"workers 0, cache none, augment cpu", "workers 0, cache ram, augment cpu"} <= set(
+        verdict["loader_predictions"]) and all(rate > 0 for rate in verdict["loader_predictions"].values())
+    # what auto would choose, one line per setting: mosaic is on by default, so never the device path
+    assert any(line.startswith("--cache ") for line in timings["auto"])
+    assert any(line.startswith("--augment-on cpu (flag)") or line.startswith("--augment-on cpu (auto)")
+               for line in timings["auto"])
     text = (run / "doctor.md").read_text()
     assert verdict["sentence"] in text and verdict["sentence"] in capsys.readouterr().out
+    assert "What `auto` would choose" in text
 
 
 @pytest.mark.slow
@@ -82,15 +85,24 @@ def test_request_names_the_flag(tiny):
         DoctorRequest(tmp_path / "images", cfg, DoctorArgs(assume_step_ms=1.0, assume_gpu="h200"))
 
 
-def test_step_is_timed_with_the_optimizer_train_builds(tiny):
-    """The stock cfg says SGD; `turboyolo train` fine-tunes with the fitted schedule's Adam, whose two
-    moment buffers cost time and checkpoint bytes: the doctor measures that one."""
+def test_step_is_train_s_step_on_a_state_built_as_train_builds_it(tiny, monkeypatch):
+    """The stock cfg says SGD and mse boxes; `turboyolo train` fine-tunes with the fitted schedule's Adam,
+    GIoU, the objectness IoU target and the EMA: the doctor's state is the one `build_state` makes, and
+    its step is `engine.train_one_epoch` (one call per repeat plus the warm-up)."""
+    from turboyolo.train import engine
 
     _, cfg = tiny
     spec = parse_cfg(cfg)
     assert spec.net.optimizer == "sgd"
-    options = DoctorOptions(img_size=64, batch=2, subdivisions=1, device=torch.device("cpu"), workers=0,
-                            worker_counts=(0,), repeats=1)
-    _, _, optimizer = measure_step(spec, options)
-    assert isinstance(optimizer, torch.optim.Adam)
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.002)
+    options = DoctorOptions(img_size=64, batch=4, subdivisions=2, device=torch.device("cpu"), workers=0,
+                            worker_counts=(0,), repeats=2)
+    resolved = resolved_run(spec, options)
+    state = train_state(resolved, options.device)
+    assert isinstance(state.optimizer, torch.optim.Adam)
+    assert state.optimizer.param_groups[0]["lr"] == pytest.approx(0.002)
+    assert state.ema is not None and state.subdivisions == 2 and state.loss_fn.obj_iou
+    steps = []
+    real = engine._step
+    monkeypatch.setattr(engine, "_step", lambda *a: steps.append(1) or real(*a))
+    seconds = step_seconds(state, engine.StepOptions(say=lambda *_: None), 2, 64, options.repeats)
+    assert seconds > 0 and len(steps) == options.repeats + 1 and state.iteration == options.repeats + 1

@@ -30,3 +30,13 @@ def test_advice_follows_the_settings():
     assert "--augment-on device" in data_wait_advice("ram", "cpu", 3, 8)
     assert "--workers 7" in data_wait_advice("ram", "device", 3, 8)
     assert "--img-size" in data_wait_advice("disk", "device", 7, 8)
+
+
+def test_the_warning_compares_with_the_prediction_of_auto():
+    advice = data_wait_advice("ram", "cpu", 1, 2)
+    monitor = GpuMonitor("cpu", patience=2)
+    assert monitor.data_wait_warning(0.25, advice, predicted=0.1) is None  # within 0.2 of the prediction
+    assert monitor.data_wait_warning(0.25, advice, predicted=0.1) is None
+    assert monitor.data_wait_warning(0.4, advice, predicted=0.1) is None
+    line = monitor.data_wait_warning(0.5, advice, predicted=0.1)
+    assert "50%" in line and "predicted at the start: 10%" in line and advice in line

@@ -14,9 +14,9 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, cli,
 
     original, calls = YoloLoss.__call__, [0]
 
-    def diverging(self, outputs, targets, size):  # from the 5th mini-batch on (epoch 3), obj is NaN
+    def diverging(self, outputs, targets, size, **kwargs):  # from the 5th mini-batch on (epoch 3), obj is NaN
         calls[0] += 1
-        total, terms = original(self, outputs, targets, size)
+        total, terms = original(self, outputs, targets, size, **kwargs)
         if calls[0] >= 5:
             terms = terms.clone()
             terms[1] = float("nan")

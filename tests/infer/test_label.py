@@ -44,7 +44,7 @@ def test_label_writes_only_missing_labels_and_a_review(boxes_dataset, tiny_cfg, 
     from turboyolo.data.scan import scan_dataset
 
     scan = scan_dataset(boxes_dataset / "images", "train", use_cache=False)
-    assert scan.model_made == 3 and "3 label files model-made" in scan.summary()
+    assert scan.model_made == 3 and "label files: 3 human, 0 reviewed, 3 model-made" in scan.summary()
     with open(tmp_path / "runs" / "exp" / "review.csv") as handle:
         rows = list(csv.DictReader(handle))
     written = [r for r in rows if r["status"] == "written"]
@@ -52,6 +52,7 @@ def test_label_writes_only_missing_labels_and_a_review(boxes_dataset, tiny_cfg, 
     with_boxes = [float(r["min_conf"]) for r in written if int(r["detections"])]
     assert with_boxes == sorted(with_boxes)
     assert (tmp_path / "runs" / "exp" / "contact_sheet.jpg").is_file()
+    assert (tmp_path / "runs" / "exp" / "classes.names").read_text() == "a\n"  # `turboyolo review` reads it
 
     edited = labels[3]
     edited.write_text("0 0.5 0.5 0.2 0.2\n")  # a person corrects a model label: it counts as human now

@@ -22,6 +22,7 @@ from turboyolo.train.engine import TrainState
 from turboyolo.train.fit import StopRule, fit, mixing
 from turboyolo.train.loaders import image_weights
 from turboyolo.train.loss import YoloLoss
+from turboyolo.train.resolve import resolve_options
 
 
 def _config(cfg, data, project, **changes) -> TrainConfig:
@@ -193,9 +194,10 @@ def test_planned_epochs_follow_max_batches(tmp_path):
     from turboyolo.train.setup import Run
 
     config = TrainConfig.build(cfg="a.cfg", data="d.data", epochs=300, max_batches=250)
-    spec = parse_cfg(micro_cfg(tmp_path / "m.cfg", batch=8))
-    run = Run(config, spec, SimpleNamespace(world_size=1), tmp_path, True, print, batches_per_epoch=5)
-    run.spec = spec.with_net(max_batches=250)
+    resolved = resolve_options(config, parse_cfg(micro_cfg(tmp_path / "m.cfg", batch=8)), lambda *_: None)
+    run = Run(resolved, SimpleNamespace(world_size=1), torch.device("cpu"), tmp_path, True, print,
+              batches_per_epoch=5)
+    assert resolved.spec.net.max_batches == 250 and resolved.config.schedule.max_batches == 250
     assert run.planned_epochs() == 50 and run.planned_iterations() == 250
 
 

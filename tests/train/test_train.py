@@ -170,11 +170,12 @@ def test_train_flags_accept_pytorch_yolov3_names():
 def test_evaluation_size_can_differ_from_training(tmp_path):
     from turboyolo.formats.darknet_cfg import parse_cfg
     from turboyolo.train.loaders import build_loaders
+    from turboyolo.train.resolve import resolve_options
 
     data = make_dataset(tmp_path / "data", 2, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)  # 64 x 64
-    config = _config(cfg, data, tmp_path / "runs", val_img_size=96)
-    data = build_loaders(config, parse_cfg(cfg), 2)
+    config = _config(cfg, data, tmp_path / "runs", val_img_size=96, cache="none", augment_on="cpu")
+    data = build_loaders(resolve_options(config, parse_cfg(cfg)), 2)
     assert next(iter(data.train))[0].shape[-2:] == (64, 64)
     assert next(iter(data.val))[0].shape[-2:] == (96, 96)
 

@@ -282,14 +282,89 @@ def mosaic_rng(seed: int, epoch: int, index: int, stream: int = 0) -> np.random.
                                  + ([stream] if stream else []))
 
 
+def partner_draw(rng: np.random.Generator, pool: tuple[int, ...] | None, count: int,
+                 size: int | None = None):
+    """Partner sample index(es) drawn with ``rng`` from ``pool`` (sample indices: the run of batches a
+    loader worker makes at once, carried by the sampler's keys) or, with None, from all ``count``."""
+    if pool is None:
+        return rng.integers(count, size=size)
+    picks = rng.integers(len(pool), size=size)
+    return pool[int(picks)] if size is None else [pool[int(k)] for k in picks]
+
+
+def mosaic_partners(seed: int, epoch: int, index: int, count: int, probability: float, stream: int = 0,
+                    pool: tuple[int, ...] | None = None) -> list[int] | None:
+    """The 3 samples (of ``count``, or of ``pool``) joining sample ``index`` in a mosaic, or None when it
+    is not one; drawn from :func:`mosaic_rng` only, as the CPU loader draws them, so the device path
+    (:mod:`turboyolo.data.device_loader`) builds the same mosaics."""
+    if probability <= 0:
+        return None
+    draw = mosaic_rng(seed, epoch, index, stream)
+    if draw.random() >= probability:
+        return None
+    return [int(other) for other in partner_draw(draw, pool, count, size=3)]
+
+
+@dataclass(frozen=True)
+class MosaicPlan:
+    """Every number of one mosaic (:func:`plan_mosaic`); :func:`mosaic_sample` paints it on the CPU,
+    :mod:`turboyolo.data.device_augment` on the device.
+
+    Attributes:
+        matrices: float64 [4, 2, 3], image k's original px -> output px, before the flips.
+        quadrants: (x1, y1, x2, y2) of the output pixels image k fills, before the flips (may be empty).
+        flip, flipud: whether the whole mosaic is mirrored left-right / upside down.
+        hsv: (hue shift, saturation factor, value factor) from :func:`draw_hsv`.
+        boxes: float32 [M, 5] (cls, cx, cy, w, h) relative to the output, after the flips.
+    """
+
+    matrices: np.ndarray
+    quadrants: tuple[tuple[int, int, int, int], ...]
+    flip: bool
+    flipud: bool
+    hsv: tuple[float, float, float]
+    boxes: np.ndarray
+
+
+def plan_mosaic(parts: list[tuple[np.ndarray, tuple[int, int]]], out_size: int, params: AugmentParams,
+                rng: np.random.Generator) -> MosaicPlan:
+    """The numbers of a mosaic of 4 images: ``parts`` is 4 x (labels relative to the original, orig_hw).
+
+    Image k fills the quadrant that touches a random centre with its bottom-right (k=0), bottom-left
+    (1), top-right (2) or top-left (3) corner, scaled by ``out_size / longer side * zoom`` (its
+    letterbox fit); its boxes are clipped to that quadrant, so no box crosses into another image.
+    """
+    assert len(parts) == 4, "a mosaic has 4 images"
+    size = out_size
+    cx, cy = (int(round(v)) for v in rng.uniform(0.25 * size, 0.75 * size, size=2))
+    zooms = rng.uniform(params.scale[0], params.scale[1], size=4)
+    flip = bool(rng.random() < params.flip)
+    hsv = draw_hsv(rng, params.hue, params.saturation, params.exposure)
+    flipud = bool(params.flipud > 0 and rng.random() < params.flipud)  # last: runs without it keep draws
+    quadrants = ((0, 0, cx, cy), (cx, 0, size, cy), (0, cy, cx, size), (cx, cy, size, size))
+    matrices, all_boxes = [], []
+    for k, ((labels, orig_hw), quadrant) in enumerate(zip(parts, quadrants, strict=True)):
+        h, w = orig_hw
+        s = size / max(h, w) * zooms[k]
+        # the image's corner that touches the centre: bottom-right, bottom-left, top-right, top-left
+        tx = cx - s * w if k in (0, 2) else cx
+        ty = cy - s * h if k in (0, 1) else cy
+        matrices.append(np.array([[s, 0.0, tx], [0.0, s, ty]]))
+        all_boxes.append(transform_boxes(labels, orig_hw, matrices[-1], size, params.min_box_px,
+                                         params.min_visible, clip=quadrant))
+    boxes = np.concatenate(all_boxes).astype(np.float32)
+    if flip:
+        boxes[:, 1] = 1.0 - boxes[:, 1]
+    if flipud:
+        boxes[:, 2] = 1.0 - boxes[:, 2]
+    return MosaicPlan(np.stack(matrices), quadrants, flip, flipud, hsv, boxes)
+
+
 def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], out_size: int,
                   params: AugmentParams, rng: np.random.Generator
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Four images around a random centre, then flips and HSV (see ``AugmentParams.mosaic``).
-
-    Image k fills the quadrant that touches the centre with its bottom-right (k=0), bottom-left (1),
-    top-right (2) or top-left (3) corner, scaled by ``out_size / longer side * zoom`` (its letterbox
-    fit); its boxes are clipped to that quadrant, so no box crosses into another image.
+    """Four images around a random centre, then flips and HSV (see ``AugmentParams.mosaic`` and
+    :func:`plan_mosaic`).
 
     Args:
         parts: 4 x (uint8 image standing for the original, float32 [N, 5] labels relative to the
@@ -299,45 +374,39 @@ def mosaic_sample(parts: list[tuple[np.ndarray, np.ndarray, tuple[int, int]]], o
         (uint8 [out_size, out_size, 3], float32 [M, 5] relative to the output, 2x3 matrix of the first
         image, original px -> output px, before the flip).
     """
-    assert len(parts) == 4, "a mosaic has 4 images"
-    size = out_size
-    cx, cy = (int(round(v)) for v in rng.uniform(0.25 * size, 0.75 * size, size=2))
-    zooms = rng.uniform(params.scale[0], params.scale[1], size=4)
-    flip = rng.random() < params.flip
-    table = hsv_table(rng, params.hue, params.saturation, params.exposure)
-    flipud = params.flipud > 0 and rng.random() < params.flipud  # last: runs without it keep their draws
-    canvas = np.full((size, size, 3), FILL_VALUE, np.uint8)
-    quadrants = ((0, 0, cx, cy), (cx, 0, size, cy), (0, cy, cx, size), (cx, cy, size, size))
-    all_boxes, first_matrix = [], None
-    for k, ((image, labels, orig_hw), (qx1, qy1, qx2, qy2)) in enumerate(zip(parts, quadrants, strict=True)):
-        h, w = orig_hw
-        s = size / max(h, w) * zooms[k]
-        # the image's corner that touches the centre: bottom-right, bottom-left, top-right, top-left
-        tx = cx - s * w if k in (0, 2) else cx
-        ty = cy - s * h if k in (0, 1) else cy
-        matrix = np.array([[s, 0.0, tx], [0.0, s, ty]])
-        first_matrix = matrix if first_matrix is None else first_matrix
+    plan = plan_mosaic([(labels, orig_hw) for _, labels, orig_hw in parts], out_size, params, rng)
+    canvas = np.full((out_size, out_size, 3), FILL_VALUE, np.uint8)
+    for (image, _, orig_hw), matrix, (qx1, qy1, qx2, qy2) in zip(parts, plan.matrices, plan.quadrants,
+                                                                 strict=True):
         if qx2 > qx1 and qy2 > qy1:
             local = matrix.copy()
             local[:, 2] -= (qx1, qy1)
             canvas[qy1:qy2, qx1:qx2] = warp_image(image, orig_hw, local, (qx2 - qx1, qy2 - qy1))
-        all_boxes.append(transform_boxes(labels, orig_hw, matrix, size, params.min_box_px, params.min_visible,
-                                         clip=(qx1, qy1, qx2, qy2)))
-    boxes = np.concatenate(all_boxes).astype(np.float32)
-    if flip:
+    if plan.flip:
         canvas = cv2.flip(canvas, 1)
-        boxes[:, 1] = 1.0 - boxes[:, 1]
-    if flipud:
+    if plan.flipud:
         canvas = cv2.flip(canvas, 0)
-        boxes[:, 2] = 1.0 - boxes[:, 2]
     if params.hue or params.saturation > 1 or params.exposure > 1:
-        canvas = apply_hsv(canvas, table)
-    return canvas, boxes, first_matrix
+        canvas = apply_hsv(canvas, hsv_table_from(*plan.hsv))
+    return canvas, plan.boxes, plan.matrices[0]
 
 
 def mixup_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The rng deciding whether sample ``index`` is blended, with which sample and by how much."""
     return np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x313C])
+
+
+def mixup_partner(seed: int, epoch: int, index: int, count: int, probability: float,
+                  pool: tuple[int, ...] | None = None) -> tuple[int, float] | None:
+    """The sample (of ``count``, or of ``pool``) blended into sample ``index`` and the weight of
+    ``index``'s own image (``r ~ Beta(32, 32)``), or None when it is not blended; drawn as the CPU
+    loader draws them."""
+    if probability <= 0:
+        return None
+    draw = mixup_rng(seed, epoch, index)
+    if draw.random() >= probability:
+        return None
+    return int(partner_draw(draw, pool, count)), float(draw.beta(32.0, 32.0))
 
 
 def mixup(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], ratio: float

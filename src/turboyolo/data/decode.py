@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import io
 import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,7 @@ _JPEG_FORMATS = ("JPEG", "MPO")
 _DAMAGE = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent progression sequence")
 # Harmless ones: a damaged ICC profile (colour metadata, the pixels decode whole), and a stray byte
 # after the last block before the end marker, which some encoders write.
+DECODES: Counter[str] = Counter()  # path -> decodes by :func:`decode_image` in this process (tests read it)
 _HARMLESS = re.compile(r"bad ICC marker|: 1 extraneous bytes before marker 0xd9")
 
 
@@ -225,6 +227,7 @@ def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarra
             :func:`probe_image`), too large (:func:`pixel_limit`) or not an image.
     """
     path = Path(path)
+    DECODES[str(path)] += 1
     data, kind = _read(path)
     _check(path, data, kind)
     with _opened(path, data) as img:

@@ -7,9 +7,16 @@ the same function. The device then warps the whole batch with one ``grid_sample`
 aspect, rotation, translation and flip in one affine per image) and applies the HSV jitter as
 batched tensor ops. Box semantics are therefore identical to the CPU path by construction; pixels
 differ only by interpolation rounding.
+
+Mosaic and mixup: a sample may take several canvases ("parts"). A mosaic's 4 parts are each warped by
+their own affine (:func:`turboyolo.data.augment.plan_mosaic`'s matrix, the mosaic's flips folded in)
+and kept inside their quadrant (a rectangle mask), summed into one image, then coloured; a mixup
+blends two such images with the CPU path's weight (:class:`PartLayout` says which part goes where).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,6 +25,7 @@ import torch.nn.functional as F
 from turboyolo.data.augment import (
     FILL_VALUE,
     AugmentParams,
+    MosaicPlan,
     draw_hsv,
     letterbox_matrix,
     random_matrix,
@@ -62,6 +70,13 @@ def plan_sample(
         matrix = random_matrix(orig_hw, out_size, params, rng)
         hsv = _draw_hsv(rng, params)
         boxes = transform_boxes(labels, orig_hw, matrix, out_size, params.min_box_px, params.min_visible)
+    return theta_for(matrix, stored_hw, orig_hw, canvas, out_size), hsv, boxes, matrix
+
+
+def theta_for(matrix: np.ndarray, stored_hw: tuple[int, int], orig_hw: tuple[int, int], canvas: int,
+              out_size: int) -> np.ndarray:
+    """``F.affine_grid``'s float32 ``[2, 3]`` (normalised output -> normalised canvas) of ``matrix``
+    (original px -> output px) for an image stored at ``stored_hw`` in a canvas's top-left corner."""
     # stored px -> original px -> output px, as 3x3 (continuous coordinates: pixel i covers [i, i+1)).
     to_orig = np.diag([orig_hw[1] / stored_hw[1], orig_hw[0] / stored_hw[0], 1.0])
     stored_to_out = np.vstack([matrix, [0.0, 0.0, 1.0]]) @ to_orig
@@ -69,7 +84,25 @@ def plan_sample(
     from_norm_out = np.array([[out_size / 2, 0, out_size / 2], [0, out_size / 2, out_size / 2], [0, 0, 1.0]])
     to_norm_canvas = np.array([[2 / canvas, 0, -1], [0, 2 / canvas, -1], [0, 0, 1.0]])
     theta = to_norm_canvas @ np.linalg.inv(stored_to_out) @ from_norm_out
-    return theta[:2].astype(np.float32), hsv, boxes, matrix
+    return theta[:2].astype(np.float32)
+
+
+def plan_mosaic_parts(plan: MosaicPlan, stored_hws: list[tuple[int, int]], orig_hws: list[tuple[int, int]],
+                      canvas: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 4 parts of a mosaic as the device paints them: thetas float32 ``[4, 2, 3]`` (each image's
+    matrix with the mosaic's flips folded in) and rects int32 ``[4, 4]`` (x1, y1, x2, y2: the output
+    pixels each part fills, its quadrant after the flips)."""
+    flips = np.diag([-1.0 if plan.flip else 1.0, -1.0 if plan.flipud else 1.0, 1.0])
+    flips[:2, 2] = (out_size if plan.flip else 0.0, out_size if plan.flipud else 0.0)  # x -> size - x
+    thetas = np.empty((4, 2, 3), np.float32)
+    rects = np.empty((4, 4), np.int32)
+    for k, (matrix, (x1, y1, x2, y2)) in enumerate(zip(plan.matrices, plan.quadrants, strict=True)):
+        flipped = (flips @ np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2]
+        thetas[k] = theta_for(flipped, stored_hws[k], orig_hws[k], canvas, out_size)
+        x1, x2 = (out_size - x2, out_size - x1) if plan.flip else (x1, x2)
+        y1, y2 = (out_size - y2, out_size - y1) if plan.flipud else (y1, y2)
+        rects[k] = (x1, y1, x2, y2)
+    return thetas, rects
 
 
 def place_on_canvas(image: np.ndarray, canvas: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -151,3 +184,65 @@ def augment_batch(images: torch.Tensor, theta: torch.Tensor, hsv: torch.Tensor,
     if hsv.device.type == "cpu" and is_identity_hsv(hsv):
         return warped
     return hsv_jitter(warped, hsv.to(images.device, non_blocking=True), check_identity=False)
+
+
+@dataclass
+class PartLayout:
+    """How a batch's canvases ("parts") make its images when some are mosaics or mixups (host side).
+
+    Attributes:
+        rects: int32 ``[P, 4]`` (x1, y1, x2, y2): the output pixels part p fills (a whole image, or a
+            mosaic's quadrant).
+        part_of: int64 ``[P]``: the composed image ("sub-image") part p belongs to; sorted.
+        sub_of: int64 ``[Q]``: the batch image sub-image q is blended into (two for a mixup).
+        weight: float32 ``[Q]``: sub-image q's weight in its batch image (1, or the mixup's r / 1 - r).
+        count: images in the batch.
+    """
+
+    rects: torch.Tensor
+    part_of: torch.Tensor
+    sub_of: torch.Tensor
+    weight: torch.Tensor
+    count: int
+
+    def pin_memory(self) -> PartLayout:
+        return PartLayout(self.rects.pin_memory(), self.part_of.pin_memory(), self.sub_of.pin_memory(),
+                          self.weight.pin_memory(), self.count)
+
+
+def rect_masks(rects: torch.Tensor, out_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[P, 1, out, out]`` masks, 1 on the pixels ``x1 <= x < x2``, ``y1 <= y < y2`` of each rect."""
+    pixels = torch.arange(out_size, device=rects.device)
+    x1, y1, x2, y2 = (rects[:, i, None] for i in range(4))
+    inside_x = (pixels >= x1) & (pixels < x2)
+    inside_y = (pixels >= y1) & (pixels < y2)
+    return (inside_y[:, :, None] & inside_x[:, None, :]).unsqueeze(1).to(dtype)
+
+
+def compose_batch(images: torch.Tensor, theta: torch.Tensor, hsv: torch.Tensor, out_size: int,
+                  layout: PartLayout) -> torch.Tensor:
+    """:func:`augment_batch` for batches with mosaics or mixups: warp every part, keep it inside its
+    rect, sum the parts of each sub-image, colour the sub-images, blend them into the batch images.
+
+    Args:
+        images: uint8 ``[P, 3, S, S]`` canvases (on the device).
+        theta: ``[P, 2, 3]``; hsv: ``[Q, 3]`` (one per sub-image; the identity check reads it when it
+            is a CPU tensor).
+
+    Returns:
+        float ``[count, 3, out, out]`` in [0, 1].
+    """
+    device = images.device
+    fill = FILL_VALUE / 255.0
+    parts = warp_batch(images, theta.to(device, non_blocking=True), out_size).sub_(fill)
+    parts.mul_(rect_masks(layout.rects.to(device, non_blocking=True), out_size, parts.dtype))
+    subs = parts.new_zeros((len(layout.sub_of), 3, out_size, out_size))
+    subs.index_add_(0, layout.part_of.to(device, non_blocking=True), parts).add_(fill)
+    del parts
+    if not (hsv.device.type == "cpu" and is_identity_hsv(hsv)):
+        subs = hsv_jitter(subs, hsv.to(device, non_blocking=True), check_identity=False)
+    if len(layout.sub_of) == layout.count:  # no mixup in this batch: sub-image q is batch image q
+        return subs
+    weight = layout.weight.to(device, non_blocking=True).to(subs.dtype).view(-1, 1, 1, 1)
+    out = subs.new_zeros((layout.count, 3, out_size, out_size))
+    return out.index_add_(0, layout.sub_of.to(device, non_blocking=True), subs.mul_(weight))

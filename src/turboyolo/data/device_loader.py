@@ -4,8 +4,12 @@ A batch is gathered in one call (``__getitem__`` takes the batch's keys, not one
 read once from the prepared cache (one slice of the memory map, copied straight into its slot of the
 batch buffer, no intermediate array), the uncovered part of its canvas is filled grey, and the
 sample's affine, HSV factors and boxes are computed with the CPU path's rng draws and box function
-(:func:`turboyolo.data.device_augment.plan_sample`). The device then runs
-:func:`turboyolo.data.device_augment.augment_batch` after the non-blocking copy
+(:func:`turboyolo.data.device_augment.plan_sample`). A mosaic takes 4 canvases and a mixup two
+composed images: the same partners, draws and boxes as the CPU path
+(:func:`turboyolo.data.augment.mosaic_partners`, :func:`~turboyolo.data.augment.plan_mosaic`,
+:func:`~turboyolo.data.augment.mixup_partner`), with a :class:`~turboyolo.data.device_augment.PartLayout`
+saying which canvas goes where. The device then runs
+:func:`turboyolo.data.device_augment.augment_batch` (or ``compose_batch``) after the non-blocking copy
 (:meth:`CanvasBatch.to_device`, which :func:`turboyolo.data.loader.move_to_device` calls).
 
 The buffer is allocated where it will travel from: page-locked memory in-process (``workers=0`` with
@@ -14,14 +18,29 @@ CUDA), shared memory in a worker process (so sending it to the main process copi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from turboyolo.data.augment import AugmentParams, letterbox_matrix, sample_rng
-from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_sample
+from turboyolo.data.augment import (
+    AugmentParams,
+    letterbox_matrix,
+    mixup_partner,
+    mosaic_partners,
+    plan_mosaic,
+    sample_rng,
+)
+from turboyolo.data.device_augment import (
+    PartLayout,
+    augment_batch,
+    compose_batch,
+    place_on_canvas,
+    plan_mosaic_parts,
+    plan_sample,
+)
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, MetaBatch, _worker_init
 from turboyolo.errors import DataError
 
@@ -31,43 +50,64 @@ class CanvasBatch:
     """What the device augmentation needs for one batch (host side).
 
     Attributes:
-        canvases: uint8 ``[B, C, C, 3]`` (HWC): each prepared image at its canvas's top-left, grey around.
-        theta: float32 ``[B, 2, 3]`` for ``F.affine_grid`` (normalised output -> normalised canvas).
-        hsv: float32 ``[B, 3]`` (hue shift, saturation factor, value factor).
+        canvases: uint8 ``[P, C, C, 3]`` (HWC): each prepared image at its canvas's top-left, grey around
+            (one per batch image, or more with mosaics and mixups: ``layout`` says where each goes).
+        theta: float32 ``[P, 2, 3]`` for ``F.affine_grid`` (normalised output -> normalised canvas).
+        hsv: float32 ``[Q, 3]`` (hue shift, saturation factor, value factor) per composed image.
         out_size: side of the network input of this batch.
+        layout: None when canvas i is batch image i (no mosaic or mixup in the batch).
     """
 
     canvases: torch.Tensor
     theta: torch.Tensor
     hsv: torch.Tensor
     out_size: int
+    layout: PartLayout | None = None
 
     @property
     def shape(self) -> torch.Size:
         """Shape of the images this batch becomes on the device: ``[B, 3, out, out]``."""
-        return torch.Size((self.canvases.shape[0], 3, self.out_size, self.out_size))
+        count = self.canvases.shape[0] if self.layout is None else self.layout.count
+        return torch.Size((count, 3, self.out_size, self.out_size))
 
     def pin_memory(self) -> CanvasBatch:
         """Page-locked copies (DataLoader's pinning thread calls this)."""
         if self.canvases.is_pinned():
             return self
         return CanvasBatch(self.canvases.pin_memory(), self.theta.pin_memory(), self.hsv.pin_memory(),
-                           self.out_size)
+                           self.out_size, None if self.layout is None else self.layout.pin_memory())
 
     def to_device(self, device: torch.device | str, dtype: torch.dtype = torch.float32,
                   channels_last: bool = False) -> torch.Tensor:
         """Non-blocking copy, then warp + colour on ``device``: ``dtype`` ``[B, 3, out, out]`` in [0, 1]."""
         images = self.canvases.to(device, non_blocking=True).permute(0, 3, 1, 2)
-        out = augment_batch(images, self.theta, self.hsv, self.out_size)
+        if self.layout is None:
+            out = augment_batch(images, self.theta, self.hsv, self.out_size)
+        else:
+            out = compose_batch(images, self.theta, self.hsv, self.out_size, self.layout)
         if channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         return out if out.dtype == dtype else out.to(dtype)
 
 
+@dataclass
+class _Composed:
+    """One image a batch slot is made of (the sample, or its mixup partner): its parts and numbers."""
+
+    images: list[np.ndarray]  # the prepared images, one per part
+    thetas: np.ndarray  # float32 [parts, 2, 3]
+    rects: np.ndarray  # int32 [parts, 4]
+    hsv: np.ndarray  # float32 [3]
+    boxes: np.ndarray  # float32 [M, 5]
+    matrix: np.ndarray  # the first image's original px -> output px (ImageMeta.matrix)
+
+
 class DeviceAugmentDataset(DetectionDataset):
-    """Batch-level dataset: ``dataset[keys]`` with ``keys`` a list of ``(index, epoch, size)`` (one size).
+    """Batch-level dataset: ``dataset[keys]`` with ``keys`` a list of ``(index, epoch, size[, mix])``
+    (one size), the sampler's keys.
 
     Returns ``(CanvasBatch, targets float32 [N, 6], MetaBatch)``; targets as the CPU path's collate.
+    Mosaics and mixups are the CPU path's (same partners, same draws, same box function).
     """
 
     def __init__(self, samples: Sequence, augment: AugmentParams | None, decode_size: int, seed: int = 0,
@@ -76,7 +116,7 @@ class DeviceAugmentDataset(DetectionDataset):
         self.canvas = max(decode_size, cache.size if cache is not None else 0)
         self.pin = pin
         self.ring = 0  # > 0: a worker reuses this many shared buffers in turn (set by the loader)
-        self._pool: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        self._buffers: list[torch.Tensor] = []  # oldest first
 
     def _buffer(self, count: int) -> torch.Tensor:
         shape = (count, self.canvas, self.canvas, 3)
@@ -84,45 +124,106 @@ class DeviceAugmentDataset(DetectionDataset):
             # shared memory from the start: the hand-over to the main process sends a handle, not bytes.
             # Reused in turn: a worker has at most prefetch_factor batches in flight and the consumer
             # holds one more, so with ring >= prefetch_factor + 2 a buffer is free again when its turn
-            # comes (and the main process keeps it mapped: no new pages, no new mapping).
+            # comes (and the main process keeps it mapped: no new pages, no new mapping). A buffer too
+            # small for this batch's canvases (mosaics vary their number) is replaced by a larger one.
             if self.ring <= 0:
                 return _shared_uint8(shape)
-            pool = self._pool.setdefault(shape, [])  # oldest first
-            buffer = _shared_uint8(shape) if len(pool) < self.ring else pool.pop(0)
-            pool.append(buffer)
-            return buffer
+            buffer = self._buffers.pop(0) if len(self._buffers) >= self.ring else None
+            if buffer is None or buffer.shape[0] < count:
+                buffer = _shared_uint8(shape)
+            self._buffers.append(buffer)
+            return buffer[:count]
         return torch.empty(shape, dtype=torch.uint8, pin_memory=self.pin)
+
+    def _compose_plan(self, loaded: tuple[np.ndarray, tuple[int, int], int], index: int, epoch: int,
+                      size: int, mix: bool, failures: list[tuple[str, str]], stream: int = 0,
+                      pool: tuple[int, ...] | None = None) -> _Composed:
+        """The numbers of sample ``index`` as the CPU path's ``_compose`` draws them (a mosaic, partners
+        from ``pool``, when drawn so), its images read but not yet copied."""
+        image, orig_hw, chosen = loaded
+        labels = self.samples[chosen].labels
+        params = self.augment
+        partners = (mosaic_partners(self.seed, epoch, index, len(self.samples), params.mosaic, stream, pool)
+                    if mix and params is not None else None)
+        rng = sample_rng(self.seed, epoch, index, stream) if params is not None else None
+        if partners is None:
+            theta, hsv, boxes, matrix = plan_sample(image.shape[:2], orig_hw, labels, self.canvas, size,
+                                                    params, rng)
+            return _Composed([image], theta[None], np.array([[0, 0, size, size]], np.int32), hsv, boxes,
+                             matrix)
+        parts = [(image, labels, orig_hw)]
+        for other in partners:
+            o_image, o_hw, o_chosen = self._load_robust(other, epoch, failures)
+            parts.append((o_image, self.samples[o_chosen].labels, o_hw))
+        plan = plan_mosaic([(part_labels, hw) for _, part_labels, hw in parts], size, params, rng)
+        thetas, rects = plan_mosaic_parts(plan, [part[0].shape[:2] for part in parts],
+                                          [part[2] for part in parts], self.canvas, size)
+        return _Composed([part[0] for part in parts], thetas, rects, np.array(plan.hsv, np.float32),
+                         plan.boxes, plan.matrices[0])
+
+    def _plan_slot(self, key: tuple, failures: list[tuple[str, str]]
+                   ) -> tuple[list[_Composed], list[float], tuple[np.ndarray, tuple[int, int], int]]:
+        """A batch slot: its composed images (the sample; its mixup partner when drawn), their weights
+        and what was loaded for the sample itself; loads in the CPU path's order."""
+        index, epoch, size, *rest = key
+        mix = rest[0] if rest else True
+        pool = rest[1] if len(rest) > 1 else None  # where partners come from (the sampler's key says)
+        loaded = self._load_robust(index, epoch, failures)
+        composed = [self._compose_plan(loaded, index, epoch, size, mix, failures, pool=pool)]
+        params = self.augment
+        drawn = (mixup_partner(self.seed, epoch, index, len(self.samples), params.mixup, pool)
+                 if mix and params is not None else None)
+        if drawn is None:
+            return composed, [1.0], loaded
+        partner, ratio = drawn
+        partner_loaded = self._load_robust(partner, epoch, failures)
+        composed.append(self._compose_plan(partner_loaded, partner, epoch, size, mix, failures, 1, pool))
+        return composed, [ratio, 1.0 - ratio], loaded
 
     def __getitem__(self, keys):
         size = keys[0][2]
-        count = len(keys)
-        buffer = self._buffer(count)
-        canvases = buffer.numpy()
-        theta = np.empty((count, 2, 3), np.float32)
-        hsv = np.empty((count, 3), np.float32)
-        matrices = np.empty((count, 2, 3), np.float64)
-        orig = np.empty((count, 2), np.int64)
-        ratio = np.empty(count, np.float64)
-        pad = np.empty((count, 2), np.float64)
-        paths, rows, failures_by_slot = [], [], {}
-        params = self.augment
-        for slot, (index, epoch, *_) in enumerate(keys):
+        slots, failures_by_slot = [], {}
+        for slot, key in enumerate(keys):
             failures: list[tuple[str, str]] = []
-            image, orig_hw, chosen = self._load_robust(index, epoch, failures)
-            rng = sample_rng(self.seed, epoch, index) if params is not None else None
-            theta[slot], hsv[slot], boxes, matrices[slot] = plan_sample(
-                image.shape[:2], orig_hw, self.samples[chosen].labels, self.canvas, size, params, rng)
-            place_on_canvas(image, self.canvas, out=canvases[slot])
-            _, ratio[slot], pad[slot] = letterbox_matrix(orig_hw, size)
-            orig[slot] = orig_hw
-            paths.append(str(self.samples[chosen].image))
-            if len(boxes):
-                rows.append(np.concatenate([np.full((len(boxes), 1), slot, np.float32), boxes], axis=1))
+            slots.append(self._plan_slot(key, failures))
             if failures:
                 failures_by_slot[slot] = tuple(failures)
-        targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
-        batch = CanvasBatch(buffer, torch.from_numpy(theta), torch.from_numpy(hsv), size)
+        batch, targets = self._pack([composed for composed, _, _ in slots],
+                                    [weights for _, weights, _ in slots], size)
+        count = len(keys)
+        orig = np.array([loaded[1] for _, _, loaded in slots], np.int64).reshape(count, 2)
+        ratio, pad = np.empty(count, np.float64), np.empty((count, 2), np.float64)
+        for slot, hw in enumerate(orig):
+            _, ratio[slot], pad[slot] = letterbox_matrix((int(hw[0]), int(hw[1])), size)
+        matrices = np.array([composed[0].matrix for composed, _, _ in slots], np.float64).reshape(count, 2, 3)
+        paths = [str(self.samples[loaded[2]].image) for _, _, loaded in slots]
         return batch, targets, MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot)
+
+    def _pack(self, slots: list[list[_Composed]], weights: list[list[float]], size: int
+              ) -> tuple[CanvasBatch, torch.Tensor]:
+        """Copy every part's image into the batch buffer; gather the numbers and the targets."""
+        subs = [sub for composed in slots for sub in composed]
+        part_count = sum(len(sub.images) for sub in subs)
+        buffer = self._buffer(part_count)
+        canvases = buffer.numpy()
+        part = 0
+        for sub in subs:
+            for image in sub.images:
+                place_on_canvas(image, self.canvas, out=canvases[part])
+                part += 1
+        theta = torch.from_numpy(np.concatenate([sub.thetas for sub in subs]))
+        hsv = torch.from_numpy(np.stack([sub.hsv for sub in subs]).astype(np.float32))
+        rows = [np.concatenate([np.full((len(sub.boxes), 1), slot, np.float32), sub.boxes], axis=1)
+                for slot, composed in enumerate(slots) for sub in composed if len(sub.boxes)]
+        targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
+        layout = None
+        if part_count != len(slots):
+            layout = PartLayout(
+                torch.from_numpy(np.concatenate([sub.rects for sub in subs]).astype(np.int32)),
+                torch.from_numpy(np.repeat(np.arange(len(subs)), [len(sub.images) for sub in subs])),
+                torch.from_numpy(np.repeat(np.arange(len(slots)), [len(composed) for composed in slots])),
+                torch.from_numpy(np.concatenate(weights).astype(np.float32)), len(slots))
+        return CanvasBatch(buffer, theta, hsv, size, layout), targets
 
 
 def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -177,11 +278,27 @@ class DeviceAugmentLoader(DetectionLoader):
                                            worker_init_fn=_worker_init)
 
 
+# AugmentParams fields the device path does as the CPU path does; a field added to AugmentParams and
+# left out here makes the device path refuse (and ``auto`` not pick it) until the device does it too.
+DEVICE_AUGMENTS = frozenset({"degrees", "scale", "translate", "jitter", "hue", "saturation", "exposure",
+                             "flip", "flipud", "min_box_px", "min_visible", "mosaic", "mixup"})
+
+
+def device_augment_unsupported(augment: AugmentParams | None) -> str | None:
+    """Why ``--augment-on device`` would not do the same augmentation as the CPU path with ``augment``, or
+    None when it does (boxes bit for bit, pixels up to interpolation rounding; mosaic and mixup
+    included): what an automatic choice of ``--augment-on`` asks before it picks the device path."""
+    if augment is None:
+        return None
+    for field in dataclasses.fields(augment):
+        value = getattr(augment, field.name)
+        if field.name not in DEVICE_AUGMENTS and value != field.default:
+            return f"the device path does not do {field.name}={value!r}"
+    return None
+
+
 def check_device_augment(augment: AugmentParams | None) -> None:
     """Raise when ``augment`` asks for something the device path does not do."""
-    if augment is not None and augment.mosaic > 0:
-        raise DataError(f"--augment-on device does not build mosaics (mosaic={augment.mosaic}); "
-                        "set mosaic=0 in the cfg [net] or use --augment-on cpu")
-    if augment is not None and augment.mixup > 0:
-        raise DataError(f"--augment-on device does not blend images (mixup={augment.mixup}); "
-                        "use --mixup 0 or --augment-on cpu")
+    reason = device_augment_unsupported(augment)
+    if reason is not None:
+        raise DataError(f"--augment-on device: {reason}; use --augment-on cpu")

@@ -3,8 +3,10 @@
 Batches are ``(images uint8 [B, 3, S, S], targets float32 [N, 6], metas)`` where a target row is
 (batch index, cls, cx, cy, w, h) relative to the delivered image and ``metas[i]`` maps network pixels
 back to the original: ``orig = (net - pad) / ratio`` (exact for validation; with augmentation use
-``ImageMeta.matrix``). uint8 crosses the process boundary and the bus; :func:`move_to_device`
-normalises on the device.
+``ImageMeta.matrix``). The images are laid out channels-last in memory (the augmentation's HWC
+arrays stacked, a strided view, no transposing copy on the CPU). uint8 crosses the process boundary and
+the bus; :func:`move_to_device` normalises on the device, and makes the layout contiguous there
+(or keeps channels-last with ``channels_last=True``).
 
 A sample that fails to load after the scan (the file changed or broke) is replaced by another one in a
 training loader, so batches keep their size; an evaluation loader (``drop_broken``) leaves it out, so
@@ -16,14 +18,21 @@ sample indices, epoch and output size every batch has, and whether mosaic and mi
 (``--close-mosaic`` turns them off for the last epochs: the sampler's key carries it, so persistent
 workers need no message); each sample's augmentation rng is ``sample_rng(seed, epoch, index)``. So
 batches do not depend on the number of workers, and all ranks agree on the size sequence.
+
+Decodes: a training key carries its partner pool (the samples of its run of batches, see
+:mod:`turboyolo.data.sampler`); mosaic and mixup partners come from that pool, and a worker makes a
+whole run at once, holding each decoded image of the pool until the run is done. So without a cache
+each original is decoded at most once per epoch (mosaic on or off; more only where ``image_weights``
+draws it more than once, or a broken sample's replacement lies outside the pool), and with a prepared
+cache (``--cache ram/disk``, decoded once when it is built) not at all. Every decode is counted:
+``DetectionLoader.decoded`` / ``epoch_decoded`` (sample index -> decodes, from every worker).
 """
 
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -34,13 +43,20 @@ from turboyolo.data.augment import (
     augment_sample,
     letterbox_matrix,
     mixup,
-    mixup_rng,
-    mosaic_rng,
+    mixup_partner,
+    mosaic_partners,
     mosaic_sample,
     sample_rng,
 )
+from turboyolo.data.batch import (  # MetaBatch and collate: importable from here, as before
+    DroppedSample,
+    ImageMeta,
+    MetaBatch,  # noqa: F401
+    collate,  # noqa: F401
+    collate_group,
+)
 from turboyolo.data.decode import decode_image
-from turboyolo.data.sampler import MultiScaleBatchSampler, TailSampler
+from turboyolo.data.sampler import BatchGroup, BatchGroups, MultiScaleBatchSampler, TailSampler
 from turboyolo.data.scan import Sample
 from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
@@ -48,97 +64,20 @@ from turboyolo.errors import DataError, printable
 MAX_REPLACEMENTS = 16  # tries before a batch slot gives up (only with an almost entirely broken data set)
 
 
-@dataclass
-class ImageMeta:
-    """Where a delivered image came from and how to map back to it.
-
-    Attributes:
-        path: the image file actually used for this slot.
-        orig_hw: (height, width) of the original (EXIF-oriented) image.
-        ratio: letterbox scale (network px per original px).
-        pad: (pad_x, pad_y) letterbox offsets in network px; ``orig = (net - pad) / ratio``.
-        matrix: 2x3 original px -> network px (equals ratio/pad for validation; includes augmentation).
-        failures: (path, reason) of every broken sample this slot replaced (mosaics load 4 images).
-    """
-
-    path: Path
-    orig_hw: tuple[int, int]
-    ratio: float
-    pad: tuple[float, float]
-    matrix: np.ndarray | None = None
-    failures: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def replaced(self) -> tuple[str, str] | None:
-        """The first (path, reason) this slot replaced, or None."""
-        return self.failures[0] if self.failures else None
-
-
-class MetaBatch(Sequence):
-    """The metas of one batch, as a read-only sequence of :class:`ImageMeta` built on access.
-
-    Crosses the worker -> main process boundary as a few arrays and one list of strings, so the
-    hand-off costs little per image whether or not the training loop looks at the metas.
-    """
-
-    def __init__(self, paths: list[str], orig_hw: np.ndarray, ratio: np.ndarray, pad: np.ndarray,
-                 matrix: np.ndarray, failures: dict[int, tuple[tuple[str, str], ...]],
-                 dropped: tuple[tuple[str, str], ...] = ()):
-        self.paths, self.orig_hw, self.ratio, self.pad = paths, orig_hw, ratio, pad
-        self.matrix, self.failures = matrix, failures
-        self.dropped = dropped  # (path, reason) of samples left out of this batch (evaluation loaders)
-
-    @classmethod
-    def from_metas(cls, metas: Sequence[ImageMeta], dropped: tuple[tuple[str, str], ...] = ()) -> MetaBatch:
-        return cls([str(m.path) for m in metas],
-                   np.array([m.orig_hw for m in metas], np.int64).reshape(-1, 2),
-                   np.array([m.ratio for m in metas], np.float64),
-                   np.array([m.pad for m in metas], np.float64).reshape(-1, 2),
-                   np.array([m.matrix for m in metas], np.float64).reshape(-1, 2, 3),
-                   {i: m.failures for i, m in enumerate(metas) if m.failures}, dropped)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        h, w = self.orig_hw[index]
-        return ImageMeta(Path(self.paths[index]), (int(h), int(w)), float(self.ratio[index]),
-                         (float(self.pad[index, 0]), float(self.pad[index, 1])), self.matrix[index],
-                         self.failures.get(index, ()))
-
-    def pin_memory(self) -> MetaBatch:
-        """Nothing to pin (host-side metadata); keeps DataLoader pinning from rebuilding the list."""
-        return self
-
-    def __reduce__(self):
-        return (MetaBatch, (self.paths, self.orig_hw, self.ratio, self.pad, self.matrix, self.failures,
-                            self.dropped))
-
-
-@dataclass(frozen=True)
-class DroppedSample:
-    """What an evaluation dataset returns for a sample that failed to load: :func:`collate` leaves it
-    out of the batch and lists it in ``MetaBatch.dropped``."""
-
-    path: str
-    reason: str
-
-
 class DetectionDataset(torch.utils.data.Dataset):
-    """Map-style dataset keyed by ``(index, epoch, size[, mix])`` (what the batch sampler yields).
+    """Map-style dataset keyed by ``(index, epoch, size[, mix[, pool]])`` (what the batch sampler yields).
 
     ``size`` is the square side, or (width, height) for a rectangular validation batch; ``mix``
-    (default True) allows mosaic and mixup for this sample.
+    (default True) allows mosaic and mixup for this sample; ``pool`` (a tuple of sample indices; default:
+    all samples) is where its mosaic and mixup partners are drawn from.
 
     Never returns None. A sample that fails to load is replaced by another one chosen from
     (seed, epoch, index, attempt), and the slot's meta records the failure; with ``drop_broken`` (an
     evaluation set, where a substitute would be counted twice) it becomes a :class:`DroppedSample`.
+
+    ``__getitems__`` of a :class:`~turboyolo.data.sampler.BatchGroup` makes its batches holding every
+    image it decoded until the group is done, so an image (a sample or a partner) is decoded once per
+    group. :attr:`decodes` counts this process's decodes (sample index -> count).
     """
 
     def __init__(self, samples: Sequence[Sample], augment: AugmentParams | None, decode_size: int,
@@ -149,15 +88,44 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.seed = seed
         self.cache = cache
         self.drop_broken = drop_broken
+        self.decodes: Counter[int] = Counter()  # in this process (a worker counts its own)
+        self._held: dict[int, tuple[np.ndarray, tuple[int, int]]] | None = None  # during a group
+        self._decoded_now: list[int] = []  # decodes since the last batch was handed out
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def load(self, index: int) -> tuple[np.ndarray, tuple[int, int]]:
-        """Decoded image (longer side ``decode_size``) and original (h, w) of sample ``index``."""
+        """Decoded image (longer side ``decode_size``) and original (h, w) of sample ``index``: from the
+        cache, from the images the current group already decoded, or decoded now (and counted)."""
         if self.cache is not None:
             return self.cache.get(index)
-        return decode_image(self.samples[index].image, self.decode_size)
+        if self._held is not None and index in self._held:
+            return self._held[index]
+        loaded = decode_image(self.samples[index].image, self.decode_size)
+        self.decodes[index] += 1
+        if self._held is not None:
+            self._held[index] = loaded
+            self._decoded_now.append(index)
+        return loaded
+
+    def __getitems__(self, keys):
+        """A :class:`BatchGroup`: its batches as lists of items, each image decoded at most once (the
+        first batch's meta lists what was decoded for the batch). Else: the items of ``keys``."""
+        if not isinstance(keys, BatchGroup):
+            return [self[key] for key in keys]
+        self._held, self._decoded_now = {}, []
+        try:
+            out = []
+            for batch in keys:
+                items = [self[key] for key in batch]
+                kept = [item for item in items if not isinstance(item, DroppedSample)]
+                if kept:
+                    kept[0][2].decoded, self._decoded_now = tuple(self._decoded_now), []
+                out.append(items)
+            return out
+        finally:
+            self._held = None
 
     def _load_robust(self, index: int, epoch: int, failures: list[tuple[str, str]]
                      ) -> tuple[np.ndarray, tuple[int, int], int]:
@@ -177,6 +145,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: tuple):
         index, epoch, size, *rest = key
         mix = rest[0] if rest else True
+        pool = rest[1] if len(rest) > 1 else None
         failures: list[tuple[str, str]] = []
         if self.drop_broken:
             try:
@@ -186,14 +155,14 @@ class DetectionDataset(torch.utils.data.Dataset):
             loaded = (image, orig_hw, index)
         else:
             loaded = self._load_robust(index, epoch, failures)
-        out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures)
+        out, boxes, matrix = self._compose(loaded, index, epoch, size, mix, failures, pool=pool)
         params = self.augment
         if mix and params is not None and params.mixup > 0:
-            draw = mixup_rng(self.seed, epoch, index)
-            if draw.random() < params.mixup:
-                partner, ratio = int(draw.integers(len(self.samples))), float(draw.beta(32.0, 32.0))
+            blend = mixup_partner(self.seed, epoch, index, len(self.samples), params.mixup, pool)
+            if blend is not None:
+                partner, ratio = blend
                 partner_loaded = self._load_robust(partner, epoch, failures)
-                other = self._compose(partner_loaded, partner, epoch, size, mix, failures, stream=1)
+                other = self._compose(partner_loaded, partner, epoch, size, mix, failures, 1, pool)
                 out, boxes = mixup((out, boxes), (other[0], other[1]), ratio)
         _, orig_hw, chosen = loaded
         _, ratio, pad = letterbox_matrix(orig_hw, size)
@@ -201,45 +170,28 @@ class DetectionDataset(torch.utils.data.Dataset):
         return out, boxes, meta
 
     def _compose(self, loaded: tuple[np.ndarray, tuple[int, int], int], index: int, epoch: int, size,
-                 mix: bool, failures: list[tuple[str, str]], stream: int = 0
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 mix: bool, failures: list[tuple[str, str]], stream: int = 0,
+                 pool: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample ``index`` (``loaded``: its image, original size and the sample actually read) as the
-        network sees it, a mosaic when drawn so; ``stream`` > 0 draws anew (a mixup partner is not the
-        copy of its own sample in this epoch)."""
+        network sees it, a mosaic (partners drawn from ``pool``) when drawn so; ``stream`` > 0 draws anew
+        (a mixup partner is not the copy of its own sample in this epoch)."""
         image, orig_hw, chosen = loaded
         labels = self.samples[chosen].labels
         params = self.augment
-        use_mosaic = mix and params is not None and params.mosaic > 0
-        mosaic_draw = mosaic_rng(self.seed, epoch, index, stream) if use_mosaic else None
+        partners = None
+        if mix and params is not None:
+            partners = mosaic_partners(self.seed, epoch, index, len(self.samples), params.mosaic,
+                                       stream, pool)
         rng = sample_rng(self.seed, epoch, index, stream) if params is not None else None
-        if mosaic_draw is not None and mosaic_draw.random() < params.mosaic:
+        if partners is not None:
             parts = [(image, labels, orig_hw)]
-            for other in mosaic_draw.integers(len(self.samples), size=3):
+            for other in partners:
                 o_image, o_hw, o_chosen = self._load_robust(int(other), epoch, failures)
                 parts.append((o_image, self.samples[o_chosen].labels, o_hw))
             out, boxes, matrix = mosaic_sample(parts, size, params, rng)
         else:
             out, boxes, matrix = augment_sample(image, labels, orig_hw, size, params, rng)
         return out, boxes, matrix
-
-
-def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, MetaBatch]:
-    """Stack into uint8 [B, 3, S, S], float32 [N, 6] (batch index, cls, cx, cy, w, h) and the metas.
-
-    :class:`DroppedSample` items are left out (B counts the others; 0 when all were dropped) and listed
-    in ``metas.dropped``.
-    """
-    dropped = tuple((item.path, item.reason) for item in items if isinstance(item, DroppedSample))
-    items = [item for item in items if not isinstance(item, DroppedSample)]
-    if not items:
-        return (torch.zeros((0, 3, 0, 0), dtype=torch.uint8), torch.zeros((0, 6)),
-                MetaBatch.from_metas([], dropped))
-    images = np.stack([item[0] for item in items])
-    images_t = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    rows = [np.concatenate([np.full((len(b), 1), i, np.float32), b], axis=1)
-            for i, (_, b, _) in enumerate(items)]
-    targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
-    return images_t, targets, MetaBatch.from_metas([item[2] for item in items], dropped)
 
 
 def _reason(err: Exception, path) -> str:
@@ -271,14 +223,19 @@ class DetectionLoader:
                  prefetch_factor: int = 4, pin_memory: bool | None = None):
         self.dataset, self.batch_sampler, self.workers = dataset, batch_sampler, workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.group = group_batches(batch_sampler.pool_batches, len(batch_sampler), workers,
+                                   dataset.cache is not None)
         kwargs = {}
         if workers > 0:
-            kwargs = dict(persistent_workers=True, prefetch_factor=prefetch_factor,
-                          worker_init_fn=_worker_init)
+            # a worker makes a group of batches per request: as many batches in flight as before
+            groups = -(-prefetch_factor // self.group)
+            kwargs = dict(persistent_workers=True, prefetch_factor=groups, worker_init_fn=_worker_init)
             if "fork" in torch.multiprocessing.get_all_start_methods():
                 kwargs["multiprocessing_context"] = "fork"
-        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
-                                                   collate_fn=collate, pin_memory=self.pin_memory, **kwargs)
+        groups = BatchGroups(batch_sampler, self.group)
+        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=groups, num_workers=workers,
+                                                   collate_fn=collate_group, pin_memory=self.pin_memory,
+                                                   **kwargs)
         self._reset_reports()
 
     def _reset_reports(self) -> None:
@@ -286,6 +243,8 @@ class DetectionLoader:
         self.epoch_replaced: list[tuple[str, str]] = []  # the current/last epoch only
         self.dropped: list[tuple[str, str]] = []  # (path, reason) of every sample left out, all epochs
         self.epoch_dropped: list[tuple[str, str]] = []
+        self.decoded: Counter[int] = Counter()  # sample index -> decodes of its original, all epochs
+        self.epoch_decoded: Counter[int] = Counter()  # the current/last epoch only
 
     @property
     def replaced_count(self) -> int:
@@ -300,25 +259,26 @@ class DetectionLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
-        return self._tracked(self._loader)
+        return self._tracked(_ungrouped(self._loader))
 
     def remaining(self, skip: int):
         """The batches of the current epoch after the first ``skip`` (mid-epoch resume).
 
-        Every batch derives from (seed, epoch, index), so skipping in the sampler yields exactly the
-        batches the interrupted run would have seen; no image of the skipped part is decoded.
+        Every batch derives from (seed, epoch, index, its partner pool), so skipping in the sampler
+        yields exactly the batches the interrupted run would have seen; no image of the skipped part is
+        decoded except as a partner of the rest.
         """
-        return self._tracked(self._tail_loader(TailSampler(self.batch_sampler, skip)))
+        return self._tracked(_ungrouped(self._tail_loader(TailSampler(self.batch_sampler, skip))))
 
     def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         # a one-off loader: at most one non-persistent worker for the rest of one epoch
-        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler,
-                                           num_workers=min(self.workers, 1), collate_fn=collate,
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=BatchGroups(sampler),
+                                           num_workers=min(self.workers, 1), collate_fn=collate_group,
                                            pin_memory=self.pin_memory,
                                            worker_init_fn=_worker_init if self.workers else None)
 
     def _tracked(self, batches):
-        self.epoch_replaced, self.epoch_dropped = [], []
+        self.epoch_replaced, self.epoch_dropped, self.epoch_decoded = [], [], Counter()
         for images, targets, metas in batches:
             for _, failures in sorted(metas.failures.items()):
                 self.epoch_replaced.extend(failures)
@@ -326,6 +286,9 @@ class DetectionLoader:
             dropped = getattr(metas, "dropped", ())
             self.epoch_dropped.extend(dropped)
             self.dropped.extend(dropped)
+            decoded = getattr(metas, "decoded", ())
+            self.epoch_decoded.update(decoded)
+            self.decoded.update(decoded)
             if len(metas):
                 yield images, targets, metas
 
@@ -347,9 +310,31 @@ class DetectionLoader:
                 + ("" if len(files) < 2 else f" ({len(files)} files)"))
 
 
+def group_batches(pool_batches: int, epoch_batches: int, workers: int, cached: bool) -> int:
+    """Batches one worker makes per request: a whole partner pool (each original decoded once per
+    epoch), unless that leaves workers idle (fewer pools in an epoch than workers: the pools are cut so
+    every worker has work, an image then decoded up to once per piece), or nothing is decoded (a
+    prepared cache: one batch per request)."""
+    if cached or pool_batches <= 1:
+        return 1
+    if workers <= 1:
+        return pool_batches
+    return max(1, min(pool_batches, -(-epoch_batches // workers)))
+
+
+def _ungrouped(loader: torch.utils.data.DataLoader):
+    """``loader``'s batches: those of each group in turn when it iterates :class:`BatchGroups`."""
+    if not isinstance(loader.batch_sampler, BatchGroups):
+        yield from loader
+        return
+    for group in loader:
+        yield from group
+
+
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,
                    channels_last: bool = False) -> torch.Tensor:
-    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy, divide there).
+    """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy; layout and divide
+    there): contiguous, or channels-last with ``channels_last``.
 
     A :class:`turboyolo.data.device_loader.CanvasBatch` (``--augment-on device``) is copied and then
     augmented on the device.
@@ -357,6 +342,6 @@ def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torc
     if hasattr(images, "to_device"):
         return images.to_device(device, dtype, channels_last)
     images = images.to(device, non_blocking=True)
-    if channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    images = images.contiguous(memory_format=layout)
     return images.to(dtype).div_(255.0)

@@ -15,7 +15,7 @@ import numpy as np
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.device_loader import DeviceAugmentDataset, DeviceAugmentLoader, check_device_augment
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, default_workers
-from turboyolo.data.sampler import MultiScaleBatchSampler, round_up
+from turboyolo.data.sampler import MultiScaleBatchSampler, default_pool_batches, round_up
 from turboyolo.data.scan import Sample
 from turboyolo.errors import DataError
 
@@ -25,7 +25,8 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
                  multiscale: tuple[int, int] | None = None, cache=None, rank: int = 0, world_size: int = 1,
                  drop_last: bool = False, prefetch_factor: int = 4, pin_memory: bool | None = None,
                  augment_on: str = "cpu", drop_broken: bool | None = None,
-                 image_weights: Sequence[float] | None = None, rect: bool = False) -> DetectionLoader:
+                 image_weights: Sequence[float] | None = None, rect: bool = False,
+                 partner_pool: int | None = None) -> DetectionLoader:
     """Build the training (``augment`` given) or validation (``augment=None``) loader.
 
     Args:
@@ -50,6 +51,10 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
             ``len(samples)`` samples with replacement); None = every sample once per epoch.
         rect: validation only: batches of similar aspect ratio letterboxed to a rectangle
             (:class:`MultiScaleBatchSampler`); images whose size the scan did not record count as square.
+        partner_pool: batches per mosaic/mixup partner pool (:mod:`turboyolo.data.sampler`; partners
+            come from images a worker has in hand, so each original is decoded once per epoch); None =
+            :func:`default_pool_batches` of ``batch_size``; 0 = partners from the whole data set (each
+            mosaic decodes its 3 partners again without a cache).
 
     Returns:
         :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
@@ -79,6 +84,8 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
     sampler = MultiScaleBatchSampler(len(samples), batch_size, img_size, shuffle=shuffle, seed=seed,
                                      multiscale=multiscale, rank=rank, world_size=world_size,
                                      drop_last=drop_last, weights=weights, rect_hw=rect_hw)
+    if augment is not None and (augment.mosaic > 0 or augment.mixup > 0):
+        sampler.pool_batches = default_pool_batches(batch_size) if partner_pool is None else partner_pool
     if workers is None:
         workers = default_workers(world_size)
     if augment_on == "device":

@@ -1,6 +1,16 @@
 """Which samples, at which size, make each batch: the multiscale (and class-weighted, and rectangular)
 batch sampler of :mod:`turboyolo.data.loader`, decided in the main process so every worker and every
-rank agree."""
+rank agree; and which images a mosaic (or mixup) may draw its partners from.
+
+Partner pools: with ``pool_batches`` = G > 0, an epoch's batches are cut into runs of G consecutive
+batches (a short last run joins the one before) and every training key of a run carries the run's
+sample indices, its *pool*: mosaic and mixup partners are drawn from it
+(:func:`turboyolo.data.augment.partner_draw`). The
+loader hands a whole run to one worker (:class:`BatchGroups`), which decodes each image of the pool at
+most once and composes every mosaic from images already in hand. Pools are a function of (seed, epoch)
+and the batch size, like the order: a sample stays a function of (seed, epoch, index, its pool), so
+batches do not depend on the number of workers, on the cache, or on a mid-epoch resume.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,16 @@ import numpy as np
 import torch
 
 SIZE_STEP = 32  # multiscale sizes are multiples of the network stride
+POOL_IMAGES = 64  # a partner pool holds at least this many images (Ultralytics' buffer at batch 8)
+POOL_IMAGES_MAX = 256  # ... and at most this many (8 batches; a worker holds one pool decoded at a time)
+
+
+def default_pool_batches(batch_size: int) -> int:
+    """Batches per partner pool: about 8 batches (so a batch of mosaics draws its 3 partners per sample
+    from 8x as many images as it has, as Ultralytics' buffer does), at least :data:`POOL_IMAGES` and
+    at most :data:`POOL_IMAGES_MAX` images."""
+    images = min(POOL_IMAGES_MAX, max(POOL_IMAGES, 8 * batch_size))
+    return max(1, -(-images // batch_size))
 
 
 class MultiScaleBatchSampler(torch.utils.data.Sampler):
@@ -21,7 +41,8 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
     order is padded to a multiple of ``world_size`` (repeating the start) and rank r takes positions
     r, r+W, ... The size of batch b is drawn from (seed, epoch) so it is the same on every rank.
     While :attr:`mix` is False (``--close-mosaic``) keys are ``(index, epoch, size, False)``: no mosaic
-    or mixup.
+    or mixup. With :attr:`pool_batches` > 0 (training with mosaic or mixup) keys are
+    ``(index, epoch, size, True, pool)`` while mixing (see the module's partner pools).
 
     With ``rect_hw`` (each image's (height, width); validation) the order is sorted by aspect ratio and
     each batch is letterboxed to the smallest multiple-of-32 rectangle that holds the ``img_size``
@@ -42,6 +63,7 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         if self.aspect is not None:
             self.aspect = self.aspect[:, 0] / self.aspect[:, 1]  # height / width
         self.mix = True
+        self.pool_batches = 0  # > 0: keys carry their partner pool (set by the loader's factory)
         self.epoch = 0
         self.start = 0  # global position in the epoch's order to start from (resume on another world size)
         if multiscale:
@@ -81,16 +103,37 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         per_rank = -(-max(self.num_samples - self.start, 0) // self.world_size)
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
-    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple]]:
         order = self._indices()
         size_rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x51E])
         sizes = size_rng.choice(self.sizes, size=len(self))
-        for b in range(len(self)):
-            chunk = order[b * self.batch_size:(b + 1) * self.batch_size]
+        chunks = [order[b * self.batch_size:(b + 1) * self.batch_size] for b in range(len(self))]
+        pools = self._pools(chunks) if self.mix and self.pool_batches > 0 else [None] * len(chunks)
+        for b, chunk in enumerate(chunks):
             size = int(sizes[b]) if self.aspect is None else rect_shape(self.aspect[chunk], int(sizes[b]))
-            # (index, epoch, size) as before --close-mosaic; a 4th element only when mosaic/mixup are off
-            yield [(int(i), self.epoch, size) if self.mix else (int(i), self.epoch, size, False)
-                   for i in chunk]
+            # (index, epoch, size) as before --close-mosaic and pools; a 4th element when mosaic/mixup
+            # are off, a 5th (the partner pool) when they draw from one
+            if not self.mix:
+                yield [(int(i), self.epoch, size, False) for i in chunk]
+            elif pools[b] is None:
+                yield [(int(i), self.epoch, size) for i in chunk]
+            else:
+                yield [(int(i), self.epoch, size, True, pools[b]) for i in chunk]
+
+    def _pools(self, chunks: list[np.ndarray]) -> list[tuple[int, ...]]:
+        """Per batch, its partner pool: the indices of its run of :attr:`pool_batches` batches (one tuple
+        object per run, shared by its batches); a last run shorter than half the others joins the one
+        before, so no pool is a handful of images."""
+        size = self.pool_batches
+        starts = list(range(0, len(chunks), size))
+        if len(starts) > 1 and len(chunks) - starts[-1] < max(1, size // 2):
+            starts.pop()
+        pools = []
+        for k, start in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else len(chunks)
+            pool = tuple(int(i) for chunk in chunks[start:end] for i in chunk)
+            pools.extend([pool] * (end - start))
+        return pools
 
 
 def rect_shape(aspects: np.ndarray, img_size: int) -> int | tuple[int, int]:
@@ -117,6 +160,36 @@ class TailSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return max(len(self.sampler) - self.skip, 0)
+
+
+class BatchGroups(torch.utils.data.Sampler):
+    """``sampler``'s batches, consecutive batches sharing one partner pool gathered into one
+    :class:`BatchGroup` of at most ``size`` batches (a batch without a pool is a group of its own): what
+    one loader worker makes at a time, so each image of the pool is decoded there once (a pool cut into
+    k groups: at most k times)."""
+
+    def __init__(self, sampler, size: int | None = None):
+        self.sampler, self.size = sampler, size
+
+    def __iter__(self) -> Iterator[BatchGroup]:
+        group, pool = BatchGroup(), None
+        for batch in self.sampler:
+            key_pool = batch[0][4] if batch and len(batch[0]) > 4 else None
+            full = self.size is not None and len(group) >= self.size
+            if group and (key_pool is None or key_pool is not pool or full):
+                yield group
+                group = BatchGroup()
+            group.append(batch)
+            pool = key_pool
+        if group:
+            yield group
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class BatchGroup(list):
+    """Batches (each a list of keys) that one worker makes in one go (:class:`BatchGroups`)."""
 
 
 def round_up(size: int) -> int:

@@ -32,13 +32,13 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from turboyolo.assets import cache_dir
-from turboyolo.data.autolabels import count_model_made
+from turboyolo.data.autolabels import label_status, read_manifest
 from turboyolo.data.decode import probe_image
 from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import (
@@ -65,6 +65,7 @@ class Sample:
     image: Path
     labels: np.ndarray
     hw: tuple[int, int] | None = None
+    partial: bool = False  # its boxes are model-made and unreviewed: no background loss (--unreviewed ignore)
 
 
 @dataclass
@@ -89,7 +90,11 @@ class ScanResult:
     found: int = 0
     background: int = 0
     cached: int = 0
-    model_made: int = 0  # label files written by `turboyolo label` and not edited since
+    model_made: int = 0  # label files written by `turboyolo label`, neither edited nor reviewed since
+    reviewed: int = 0  # label files a person saved in `turboyolo review`, unchanged since
+    human: int = 0  # the other label files (drawn or edited by a person, or from elsewhere)
+    unreviewed: list[str] = field(default_factory=list)  # images whose labels are model-made, unreviewed
+    unreviewed_rule: str = ""  # what the split did with them (`turboyolo train --unreviewed`), when not kept
     bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
     source: str = ""
@@ -109,8 +114,9 @@ class ScanResult:
                 f"({self.num_boxes} boxes), {self.background} background, {len(self.excluded)} excluded"
                 f"{f' ({self.bad_label_lines} bad label lines)' if self.bad_label_lines else ''}, "
                 f"{len(self.fixed)} fixed")
-        if self.model_made:
-            line += f", {self.model_made} label files model-made (not yet reviewed)"
+        if self.model_made or self.reviewed:
+            line += (f", label files: {self.human} human, {self.reviewed} reviewed, {self.model_made} "
+                     f"model-made (not yet reviewed{self.unreviewed_rule})")
         if self.warnings:
             line += f", {len(self.warnings)} warnings"
         if self.cached:
@@ -350,7 +356,43 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
         if len(entry.labels) == 0:
             result.background += 1
         result.samples.append(Sample(image, entry.labels, entry.hw))
-    result.model_made = count_model_made(label_path_for(s.image) for s in result.samples)[0]
+    count_label_statuses(result)
+    return result
+
+
+def count_label_statuses(result: ScanResult) -> None:
+    """Fill ``result``'s human / reviewed / model-made counts and its unreviewed images from the label
+    files' provenance (:mod:`turboyolo.data.autolabels`); one manifest read per labels folder."""
+    manifests: dict[Path, dict] = {}
+    counts = {"model": 0, "reviewed": 0, "human": 0, "none": 0}
+    for sample in result.samples:
+        label = label_path_for(sample.image)
+        status = label_status(label, manifests.setdefault(label.parent, read_manifest(label.parent)))
+        counts[status] += 1
+        if status == "model":
+            result.unreviewed.append(str(sample.image))
+    result.model_made, result.reviewed, result.human = counts["model"], counts["reviewed"], counts["human"]
+
+
+UNREVIEWED_CHOICES = ("include", "exclude", "ignore")
+
+
+def apply_unreviewed(result: ScanResult, rule: str) -> ScanResult:
+    """What a split's model-made, unreviewed labels do in training (``turboyolo train --unreviewed``):
+    ``include`` keeps them as labels, ``exclude`` leaves their images out, ``ignore`` keeps their boxes
+    but gives the rest of those images no background ("no object") loss (:attr:`Sample.partial`)."""
+    if rule not in UNREVIEWED_CHOICES:
+        raise DataError(f"--unreviewed must be one of {', '.join(UNREVIEWED_CHOICES)}, got {rule!r}")
+    if rule == "include" or not result.unreviewed:
+        return result
+    unreviewed = set(result.unreviewed)
+    if rule == "exclude":
+        result.samples = [s for s in result.samples if str(s.image) not in unreviewed]
+        result.unreviewed_rule = "; their images left out: --unreviewed exclude"
+    else:
+        result.samples = [replace(s, partial=True) if str(s.image) in unreviewed else s
+                          for s in result.samples]
+        result.unreviewed_rule = "; their background ignored: --unreviewed ignore"
     return result
 
 

@@ -35,12 +35,14 @@ class DoctorArgs:
     batch: int | None = option(None, "images per iteration (default: the cfg's)", type=int)
     subdivisions: int | None = option(None, "mini-batches per iteration", type=int)
     amp: str = amp_option()
-    workers: int | None = option(None, "the loader workers you train with (default: CPUs - 1)", "--n-cpu",
-                                 "--workers", type=int)
+    workers: int | None = option(None, "the loader workers you train with (default: auto's choice)",
+                                 "--n-cpu", "--workers", type=int)
     worker_counts: tuple[int, ...] | None = option(None, "comma-separated worker counts to measure the "
                                                    "loader at (default: 0,1,2,4,... up to CPUs - 1)")
-    cache: str = option("none", "the --cache you train with", choices=CACHE_CHOICES)
-    augment_on: str = option("cpu", "the --augment-on you train with", choices=AUGMENT_ON_CHOICES)
+    cache: str = option("auto", "the --cache you train with (auto: what train would choose)",
+                        choices=CACHE_CHOICES)
+    augment_on: str = option("auto", "the --augment-on you train with (auto: what train would choose)",
+                             choices=AUGMENT_ON_CHOICES)
     assume_step_ms: float | None = option(None, "data-only mode: take the training step as this many ms per "
                                           "mini-batch", type=float)
     assume_gpu: str | None = option(None, "data-only mode: take the step time of this GPU (from the model's "
@@ -115,16 +117,17 @@ def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: 
                         "(--batch/--subdivisions)")
     device = resolve_device(args.device)
     cpus = default_workers() + 1
-    workers = default_workers() if args.workers is None else args.workers
     if args.worker_counts:
         counts = tuple(args.worker_counts)
     else:
         counts = tuple(sorted({0, *[c for c in (1, 2, 4, 8, 16) if c <= max(1, cpus - 1)]}))
     options = DoctorOptions(img_size=img_size, batch=batch, subdivisions=subdivisions, device=device,
-                            workers=workers, worker_counts=counts, cache=args.cache,
-                            augment_on=args.augment_on, amp_dtype=amp_dtype_for(device, args.amp),
+                            workers=args.workers, worker_counts=counts, cache=args.cache,
+                            augment_on=args.augment_on, amp=args.amp,
+                            amp_dtype=amp_dtype_for(device, args.amp),
                             assume_step_ms=args.assume_step_ms, assume_gpu=args.assume_gpu,
-                            images=args.images, repeats=args.repeats)
+                            images=args.images, repeats=args.repeats, cfg=str(request.cfg),
+                            data=str(request.data))
     run_dir = request.run_dir.make("doctor")
     with removed_if_empty(run_dir, made=not request.run_dir.exist_ok):  # a data error leaves no empty folder
         timings = measure(request.data, args.split, spec, options, run_dir, log=log)

@@ -9,12 +9,10 @@ pinning, measured with at least one worker so that the main process does nothing
 from __future__ import annotations
 
 import os
-import resource
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import cv2
 import torch
@@ -23,73 +21,7 @@ from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
-
-
-@dataclass
-class Measurement:
-    images: int
-    wall_s: float
-    cpu_s: float  # main + workers
-    main_cpu_s: float
-
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.wall_s
-
-    @property
-    def images_per_core_s(self) -> float:
-        return self.images / max(self.cpu_s, 1e-9)
-
-    @property
-    def main_ms_per_image(self) -> float:
-        return 1000 * self.main_cpu_s / self.images
-
-
-def _process_cpu_s(pid: int) -> float:
-    """user + system CPU seconds of a live process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _self_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def measure_loader(loader, images: int) -> Measurement:
-    """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch.
-
-    CPU time counts the main process (all threads, including pinning) and every live worker.
-    """
-    epoch = 0
-    loader.set_epoch(epoch)
-    iterator = iter(loader)
-    next(iterator)  # warm-up: workers started, first batch in flight
-    workers = _worker_pids(loader)
-    start_wall, start_main = time.perf_counter(), _self_cpu_s()
-    start_workers = sum(_process_cpu_s(p) for p in workers)
-    seen = 0
-    while seen < images:
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            epoch += 1
-            loader.set_epoch(epoch)
-            iterator = iter(loader)
-            continue
-        seen += batch[0].shape[0]
-    wall = time.perf_counter() - start_wall
-    main = _self_cpu_s() - start_main
-    worker_cpu = sum(_process_cpu_s(p) for p in workers) - start_workers
-    del iterator
-    return Measurement(seen, wall, main + worker_cpu, main)
-
-
-def _worker_pids(loader) -> list[int]:
-    """PIDs of the persistent DataLoader workers behind a DetectionLoader (empty when in-process)."""
-    inner = getattr(loader, "_loader", None)
-    it = getattr(inner, "_iterator", None)
-    return [w.pid for w in getattr(it, "_workers", [])] if it is not None else []
+from turboyolo.data.timing import Measurement, measure_loader  # noqa: F401  (re-exported)
 
 
 def cpu_model() -> str:
@@ -101,6 +33,45 @@ def cpu_model() -> str:
     except OSError:
         pass
     return "unknown CPU"
+
+
+def train_default_augment() -> AugmentParams:
+    """The augmentation ``turboyolo train`` uses on a stock cfg without flags: the cfg's ``[net]`` colour
+    values, jitter 0.3, flips, and a mosaic per sample (``DEFAULT_MOSAIC``)."""
+    from turboyolo.train.defaults import DEFAULT_MOSAIC
+
+    return AugmentParams.from_net(mosaic=DEFAULT_MOSAIC)
+
+
+class BenchRow(NamedTuple):
+    """One row of ``turboyolo bench data``: its label, whether it reads the prepared cache, the
+    augmentation (None: letterbox only) and where augmentation runs."""
+
+    label: str
+    warm: bool
+    augment: AugmentParams | None
+    where: str = "cpu"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return ("warm" if self.warm else "cold", self.label)
+
+
+def bench_rows(augment_on: str = "both") -> list[BenchRow]:
+    """What ``turboyolo bench data`` measures, ``train``'s default first (named so), then the faster
+    settings beside it, each named by the flags that select it."""
+    default, plain = train_default_augment(), AugmentParams.from_net(mosaic=0.0)
+    rows = []
+    if augment_on in ("cpu", "both"):
+        rows += [BenchRow("train's default: --cache none, --augment-on cpu, mosaic 1", False, default),
+                 BenchRow("--cache none, mosaic 0", False, plain),
+                 BenchRow("--cache ram|disk (prepared cache), mosaic 1", True, default),
+                 BenchRow("--cache ram|disk, mosaic 0", True, plain),
+                 BenchRow("--cache ram|disk, no augmentation (evaluation)", True, None)]
+    if augment_on in ("device", "both"):
+        rows.append(BenchRow("--cache ram|disk --augment-on device, mosaic 0 (CPU side)", True, plain,
+                             "device"))
+    return rows
 
 
 def run_bench(
@@ -118,8 +89,10 @@ def run_bench(
     """``turboyolo bench data``: the data pipeline's images/s and images per core, each row given to ``log``
     as it is measured (the table ``turboyolo bench data`` prints).
 
-    Measures cold (original files) and warm (prepared cache) x augment / no augment with CPU
-    augmentation, the CPU side of device augmentation (warm), and the hand-off.
+    The first row is what ``turboyolo train`` does without flags (original files decoded in the loader,
+    CPU augmentation with mosaic); the others are the settings that make it cheaper (a prepared cache,
+    mosaic off, device augmentation), each labelled with its flags (:func:`bench_rows`); then the
+    hand-off. Every row also counts the decodes per image.
 
     Args:
         data: a .data, data.yaml or image folder.
@@ -128,8 +101,8 @@ def run_bench(
         cache_dir: the prepared cache for the warm rows (default: a temporary folder, built first).
         augment_on: ``cpu``, ``device`` or ``both``: which augmentation mode(s) to measure.
     Returns:
-        :class:`Measurement` keyed by (``cold``/``warm``, ``augment``/``no augment``/``device augment``),
-        and ``"handoff_ms"``: main-process ms per image.
+        :class:`Measurement` keyed by :attr:`BenchRow.key` (``cold``/``warm``, the row's label), and
+        ``"handoff_ms"``: main-process ms per image.
     """
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
@@ -142,24 +115,21 @@ def run_bench(
         log(f"bench data: {len(samples)} images, img-size {img_size}, workers {workers}, batch {batch_size}, "
             f"{images} images per row; CPU {cpu_model()}, {os.cpu_count()} cores")
         results = {}
-        augment = AugmentParams.from_net()
-        rows = []
-        if augment_on in ("cpu", "both"):
-            rows += [(p, c, a, g, "cpu") for p, c in (("cold", None), ("warm", cache))
-                     for a, g in (("augment", augment), ("no augment", None))]
-        if augment_on in ("device", "both"):
-            rows.append(("warm", cache, "device augment", augment, "device"))
-        for path_name, path_cache, aug_name, aug, where in rows:
-            loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=aug,
-                                  workers=workers, shuffle=True, cache=path_cache, augment_on=where)
+        for row in bench_rows(augment_on):
+            loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=row.augment,
+                                  workers=workers, shuffle=True, cache=cache if row.warm else None,
+                                  augment_on=row.where)
             m = measure_loader(loader, images)
+            # decodes of every batch delivered: the measured ones and the warm-up batch before them
+            decodes = sum(loader.decoded.values()) / (m.images + min(batch_size, len(samples)))
             del loader
-            results[(path_name, aug_name)] = m
-            source = "original files" if path_cache is None else "prepared cache"
-            label = f"{path_name} ({source}), {aug_name}" + (" (CPU side)" if where == "device" else "")
-            log(f"  {label:<50} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core")
-        loader = build_loader(samples, img_size=img_size, batch_size=batch_size, augment=augment,
-                              workers=max(1, workers), shuffle=True, cache=cache)
+            results[row.key] = m
+            label = ("warm: " if row.warm else "cold: ") + row.label
+            log(f"  {label:<72} {m.images_per_s:8.1f} img/s  {m.images_per_core_s:8.1f} img/s per core  "
+                f"{decodes:.2f} decodes per image")
+        loader = build_loader(samples, img_size=img_size, batch_size=batch_size,
+                              augment=train_default_augment(), workers=max(1, workers), shuffle=True,
+                              cache=cache)
         handoff = measure_loader(loader, images)
         del loader
         log(f"  hand-off (main process, receive + collate + pin): {handoff.main_ms_per_image:.3f} ms per "

@@ -1,37 +1,31 @@
 """``turboyolo doctor``: from measured stage timings to a verdict, a bottleneck and settings to try.
 
-Pure logic (no torch, no I/O): :func:`diagnose` takes :class:`StageTimings` (what
+Pure logic (no I/O): :func:`diagnose` takes :class:`StageTimings` (what
 :mod:`turboyolo.doctor.measure` measured, or synthetic numbers in tests) and returns a
 :class:`Verdict`; :func:`render_markdown` writes it up.
 
-The throughput model. A loader core spends, per image, ``source + augment + overhead`` CPU-seconds,
-where ``source`` is read + decode of the original file (or the copy out of the prepared cache with
-``--cache``), ``augment`` the CPU augmentation (or, with ``--augment-on device``, only the canvas copy
-and the per-image numbers) and ``overhead`` everything else the loader processes spend (collate,
-hand-off to the main process, IPC), calibrated from the measured loader run as its CPU-seconds per
-image minus the two stage costs. ``W`` workers on ``C`` cores supply ``min(W, C - 1) / cost`` images/s
-(the main process keeps a core); the training step consumes ``batch / step`` images/s. Data-wait is
-the share of wall time the step waits: ``1 - supply / demand`` when the loader is slower.
+The throughput model is ``auto``'s (:mod:`turboyolo.train.auto`, wall-clock): a loader process spends
+``cost`` CPU-seconds per image: ``source + augment + overhead``, where ``source`` is read + decode of the
+original file (or the copy out of the prepared cache with ``--cache``), ``augment`` the CPU augmentation
+(or, with ``--augment-on device``, only the canvas copy and the per-image numbers) and ``overhead``
+the rest (collate). The doctor measures ``cost`` for each setting with the real loader on a sample
+(:attr:`StageTimings.costs`; without it, the overhead is calibrated from the measured loader run).
+``W >= 1`` workers on ``C`` cores supply ``min(W, C - 1) / cost`` images/s and at most what the main
+process takes over (``1 / handoff``); the step consumes ``1 / step`` images/s and waits for the rest.
+With ``W = 0`` loading and stepping take turns: ``cost / (cost + step)`` of the time is data-wait.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
+from turboyolo.train.auto import ImageCosts, predict, supply
+from turboyolo.train.facts import ASSUMED_MFU, GPU_RATES, assumed_step_s  # noqa: F401  (re-exported)
+
 DATA_WAIT_OK = 0.03  # below this share of step time the data pipeline is not the bottleneck
 CHECKPOINT_STALL_OK = 0.05  # a per-epoch checkpoint stall above this share of an epoch is worth fixing
-
-# Step time of a named GPU for ``--assume-gpu``: bf16 matrix rate and a YOLOv3 training MFU.
-# H200/H100: 790 TFLOP/s measured on an H200 (989 datasheet); A100: 312 datasheet x 0.8.
-GPU_RATES = {"h200": 790e12, "h100": 790e12, "a100": 250e12}
-ASSUMED_MFU = 0.35
-
-
-def assumed_step_s(gpu: str, forward_flops_per_image: float, mini_batch: int) -> float:
-    """Seconds of one training step (forward + backward + optimizer = 3 x forward) on ``gpu``."""
-    return 3.0 * forward_flops_per_image * mini_batch / (GPU_RATES[gpu] * ASSUMED_MFU)
-
 
 @dataclass
 class StageTimings:
@@ -58,6 +52,11 @@ class StageTimings:
         cache_bytes: what the prepared cache of the split would take.
         device_augment_s: device seconds per image of the warp + colour of ``--augment-on device``
             (measured only when the step is; 0 for an assumed step).
+        handoff_s: main-process CPU-seconds per image receiving a worker's batches (part of
+            ``loader_cpu_s`` when that was measured with workers).
+        costs: the loader's CPU-seconds per image for each setting, measured on a sample
+            (:class:`turboyolo.train.auto.ImageCosts` fields); None: modelled from the stages.
+        auto: what ``--cache auto --augment-on auto --workers auto`` would choose, one line each.
     """
 
     decode_s: float
@@ -81,6 +80,10 @@ class StageTimings:
     dataset_images: int = 0
     cache_bytes: int = 0
     device_augment_s: float = 0.0  # device time of augment_batch per image (measured with the step)
+    handoff_s: float = 0.0  # main-process CPU-seconds per image receiving a worker's batches
+    costs: dict | None = None  # ImageCosts fields measured with the real loader (cold_s, warm_s, ...)
+    auto: list | None = None  # what `auto` would choose here: its lines (reasons, predicted data-wait)
+    device_unsupported: str | None = None  # why the device path would not do this augmentation
 
     @property
     def mini_batch(self) -> int:
@@ -107,19 +110,16 @@ class Verdict:
     cache_factor: float  # predicted loader images/s with --cache over without (same workers)
     checkpoint_share: float  # one checkpoint stall per epoch as a share of the epoch
     suggestions: list[Suggestion] = field(default_factory=list)
+    # predicted wall-clock images/s of the loader alone (no step), "workers W, cache C, augment A" -> rate:
+    # what `turboyolo bench data` and bench/doctor_check.py measure
+    loader_predictions: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _wait(supply: float, demand: float) -> float:
-    return 0.0 if supply >= demand else 1.0 - supply / demand
-
-
-def _supply(workers: int, cores: int, cost_s: float) -> float:
-    """Images/s that ``workers`` loader processes deliver (0 workers: the main process, one core)."""
-    usable = max(1, cores - 1)
-    return max(1, min(workers, usable)) / max(cost_s, 1e-9)
+def _wait(rate: float, demand: float) -> float:
+    return 0.0 if rate >= demand else 1.0 - rate / demand
 
 
 @dataclass
@@ -140,25 +140,39 @@ class _Figures:
     checkpoint_share: float
 
 
+def image_costs(t: StageTimings) -> ImageCosts:
+    """The loader's cost per image for each setting: measured (``t.costs``), else from the stages and
+    the overhead of the measured loader run."""
+    if t.costs is not None:
+        return ImageCosts(**t.costs)
+    aug = t.device_plan_s if t.augment_on == "device" else t.augment_s
+    overhead = max(0.0, t.loader_cpu_s - t.handoff_s - (t.cache_read_s if t.cached else t.decode_s) - aug)
+    return ImageCosts(t.decode_s + t.augment_s + overhead, t.cache_read_s + t.augment_s + overhead,
+                      t.cache_read_s + t.device_plan_s + overhead, t.handoff_s)
+
+
+def step_per_image(t: StageTimings, augment_on: str) -> float:
+    """The step's seconds per image, with the copy and (device path) the device augmentation."""
+    device_aug = t.device_augment_s if augment_on == "device" else 0.0
+    return t.step_s / t.mini_batch + t.copy_s + device_aug
+
+
 def _figures(t: StageTimings) -> _Figures:
+    costs = image_costs(t)
+    cache = "ram" if t.cached else "none"
     source = t.cache_read_s if t.cached else t.decode_s
     aug = t.device_plan_s if t.augment_on == "device" else t.augment_s
-    overhead = max(0.0, t.loader_cpu_s - source - aug)
-    cost = source + aug + overhead
-    device_aug = t.device_augment_s if t.augment_on == "device" else 0.0
-    demand = t.mini_batch / max(t.step_s + (t.copy_s + device_aug) * t.mini_batch, 1e-12)
-    supply = _supply(t.workers, t.cores, cost)
-    if t.workers in t.loader_images_per_s:
-        # measured beats modelled, except that a shared machine can only under-report
-        supply = max(supply, t.loader_images_per_s[t.workers]) if t.cores > 1 else supply
-    wait = _wait(supply, demand)
-    expected = min(supply, demand)
-    cost_uncached = t.decode_s + aug + overhead
-    cost_cached = t.cache_read_s + aug + overhead
+    cost = costs.cost(cache, t.augment_on)
+    overhead = max(0.0, cost - source - aug)
+    step = step_per_image(t, t.augment_on)
+    demand = 1.0 / max(step, 1e-12)
+    rate = supply(costs, cache, t.augment_on, t.workers, t.cores)
+    wait, expected = predict(costs, cache, t.augment_on, t.workers, t.cores, step)
+    cache_factor = costs.cost("none", t.augment_on) / max(costs.cost("ram", t.augment_on), 1e-12)
     epoch_s = t.dataset_images / max(expected, 1e-9) if t.dataset_images else 0.0
     checkpoint_share = t.checkpoint_s / (epoch_s + t.checkpoint_s) if epoch_s else 0.0
-    return _Figures(source, aug, overhead, cost, demand, supply, wait, expected, max(1, t.cores - 1),
-                    cost_cached, cost_uncached / max(cost_cached, 1e-12), checkpoint_share)
+    return _Figures(source, aug, overhead, cost, demand, rate, wait, expected, max(1, t.cores - 1),
+                    costs.cost("ram", t.augment_on), cache_factor, checkpoint_share)
 
 
 def diagnose(t: StageTimings) -> Verdict:
@@ -167,7 +181,20 @@ def diagnose(t: StageTimings) -> Verdict:
     bottleneck, sentence = _bottleneck(t, f)
     parts = {"source": f.source, "augment": f.aug, "overhead": f.overhead}
     return Verdict(bottleneck, sentence, f.wait, f.supply, f.demand, f.expected, parts, f.cache_factor,
-                   f.checkpoint_share, _suggestions(t, f))
+                   f.checkpoint_share, _suggestions(t, f), loader_predictions(t))
+
+
+def loader_key(workers: int, cache: str, augment_on: str) -> str:
+    return f"workers {workers}, cache {cache}, augment {augment_on}"
+
+
+def loader_predictions(t: StageTimings) -> dict[str, float]:
+    """Wall-clock images/s the loader alone is predicted to deliver, for each of 0 and the configured
+    workers x cache none / ram x augment cpu / device."""
+    costs = image_costs(t)
+    return {loader_key(w, cache, aug): supply(costs, cache, aug, w, t.cores)
+            for w in sorted({0, 1, t.workers}) for cache in ("none", "ram") for aug in ("cpu", "device")
+            if not (aug == "device" and costs.device_s is None)}
 
 
 def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
@@ -181,7 +208,9 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
     worst = max(parts, key=parts.get)
     bottleneck = {"source": "cache read" if t.cached else "decode", "augment": "augment",
                   "overhead": "hand-off"}[worst]
-    if t.workers < f.usable and _wait(_supply(f.usable, t.cores, f.cost), f.demand) < DATA_WAIT_OK:
+    cache = "ram" if t.cached else "none"
+    if t.workers < f.usable and _wait(supply(image_costs(t), cache, t.augment_on, f.usable, t.cores),
+                                      f.demand) < DATA_WAIT_OK:
         bottleneck = "workers"
     what = {"decode": "reading and decoding the original images",
             "cache read": "reading the prepared cache",
@@ -196,45 +225,50 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
 
 
 def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
-    """Each setting worth trying with the images/s and data-wait it is predicted to give."""
-    suggestions = []
+    """Each setting worth trying with the wall-clock images/s and data-wait it is predicted to give."""
+    suggestions, costs = [], image_costs(t)
     cost, demand, usable = f.cost, f.demand, f.usable
+    cache_now = "ram" if t.cached else "none"
 
-    def suggest(setting: str, new_cost: float, why: str, workers: int | None = None,
-                new_demand: float = demand) -> None:
+    def suggest(setting: str, why: str, cache: str = cache_now, augment_on: str = t.augment_on,
+                workers: int | None = None, with_costs: ImageCosts = costs, step_scale: float = 1.0) -> None:
         new_workers = workers if workers is not None else min(usable, max(t.workers, 1))
-        new_supply = _supply(new_workers, t.cores, new_cost)
-        suggestions.append(Suggestion(setting, min(new_supply, new_demand), _wait(new_supply, new_demand),
-                                      why))
+        step = step_per_image(t, augment_on) * step_scale
+        wait, expected = predict(with_costs, cache, augment_on, new_workers, t.cores, step)
+        suggestions.append(Suggestion(setting, expected, wait, why))
 
     needed = min(usable, max(1, math.ceil(demand * cost)))
     if needed != t.workers:
-        suggest(f"--workers {needed}", cost, f"{cost * 1000:.1f} ms per image per core: {needed} worker(s) "
+        suggest(f"--workers {needed}", f"{cost * 1000:.1f} ms per image per core: {needed} worker(s) "
                 f"{'cover' if needed * 1 / cost >= demand else 'are the most this machine has for'} "
                 f"the step's {demand:,.0f} images/s", workers=needed)
     if not t.cached:
         size = f" (or disk; {_human(t.cache_bytes)})" if t.cache_bytes else ""
-        suggest(f"--cache ram{size}",
-                f.cost_cached, f"decode once: {1000 * t.decode_s:.1f} ms -> {1000 * t.cache_read_s:.2f} ms "
-                f"per image, loader images/s x{f.cache_factor:.1f}", workers=min(usable, needed))
+        suggest(f"--cache ram{size}", f"decode once: {1000 * t.decode_s:.1f} ms -> "
+                f"{1000 * t.cache_read_s:.2f} ms per image, loader images/s x{f.cache_factor:.1f}",
+                cache="ram", workers=min(usable, needed))
     if t.augment_on != "device":
-        device_cost = t.cache_read_s + t.device_plan_s + f.overhead
-        device_demand = t.mini_batch / max(t.step_s + (t.copy_s + t.device_augment_s) * t.mini_batch, 1e-12)
-        suggest("--cache ram --augment-on device", device_cost,
+        if costs.device_s is None:  # not measured (the device path does not do this augmentation): modelled
+            costs = dataclasses.replace(costs, device_s=t.cache_read_s + t.device_plan_s + f.overhead)
+        device_cost = costs.cost("ram", "device")
+        suggest("--cache ram --augment-on device",
                 f"the CPU only copies canvases and draws numbers ({1000 * device_cost:.2f} ms per image); "
                 "warp and colour run batched on the device"
                 + (f" (+{1000 * t.device_augment_s:.3f} ms of device time per image)" if t.device_augment_s
-                   else ""), workers=min(usable, needed), new_demand=device_demand)
+                   else "")
+                + (f"; but the device path {t.device_unsupported}" if t.device_unsupported else ""),
+                cache="ram", augment_on="device", workers=min(usable, needed), with_costs=costs)
     if t.subdivisions > 1:
-        suggest(f"--subdivisions 1 (mini-batch {t.batch})", cost,
+        suggest(f"--subdivisions 1 (mini-batch {t.batch})",
                 "whole iterations in one mini-batch: same update, fewer and larger steps "
                 "(GPU efficiency; needs the memory); the loader supply is unchanged")
     if t.img_size > 320:
         small = t.img_size - 96
         scale = (small / t.img_size) ** 2  # step and augmentation scale with pixels, decode does not
-        suggest(f"--img-size {small}", f.source + f.aug * scale + f.overhead,
-                f"{100 * (1 - scale):.0f}% fewer pixels per step and per warp (costs accuracy)",
-                new_demand=demand / scale)
+        saved = f.aug * (1 - scale)
+        smaller = dataclasses.replace(costs, cold_s=costs.cold_s - saved, warm_s=costs.warm_s - saved)
+        suggest(f"--img-size {small}", f"{100 * (1 - scale):.0f}% fewer pixels per step and per warp "
+                "(costs accuracy)", with_costs=smaller, step_scale=scale)
     if f.checkpoint_share > CHECKPOINT_STALL_OK:
         suggestions.append(Suggestion(
             "--checkpoint-interval 0 (last.pt/best.pt only) or fewer evaluations", f.expected, f.wait,
@@ -273,6 +307,10 @@ def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor"
              f"| checkpoint save | {t.checkpoint_s:.2f} s blocking | {t.checkpoint_write_s:.2f} s to disk |",
              "", "Loader images/s by workers (measured, wall): "
              + ", ".join(f"{w}: {r:,.0f}" for w, r in sorted(t.loader_images_per_s.items())),
+             "", "Loader images/s predicted (wall-clock, the loader alone): "
+             + "; ".join(f"{key} {rate:,.0f}" for key, rate in v.loader_predictions.items()),
+             *(["", "## What `auto` would choose (turboyolo train's defaults)", "",
+                *[f"- {line}" for line in t.auto]] if t.auto else []),
              "", f"Predicted `--cache` gain on the loader: x{v.cache_factor:.2f} images/s at the same "
              "workers.", "", "## Settings to try", "",
              "| setting | expected images/s | data-wait | why |", "|---|---|---|---|"]

@@ -461,3 +461,46 @@ def label_path_disagreement(image: str | Path, chosen: Path | None = None) -> st
     if not notes:
         return None
     return f"labels for {image}: turboyolo reads {chosen}, but " + "; ".join(notes)
+
+
+# the image sets a data set names: its two splits and the images waiting for labels
+SPLITS = ("unlabeled", "train", "val")
+
+
+def split_images(data: str | Path, split: str) -> list[Path]:
+    """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
+    key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
+    images = [image for source in split_sources(data, split) for image in list_images(source)]
+    if not images:
+        raise DataError(f"{data}: the {split} split has no images")
+    return images
+
+
+def split_folders(data: str | Path, split: str) -> list[Path]:
+    """The image folders :func:`split_images` walks."""
+    return [source for source in split_sources(data, split) if Path(source).is_dir()]
+
+
+def split_sources(data: str | Path, split: str) -> list[Path]:
+    """The sources (folders, list files, images) of ``split`` (see :func:`split_images`)."""
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    config = load_data_config(data)
+    if split == "unlabeled":
+        value = config.extra.get("unlabeled")
+        if value is None:
+            if Path(data).is_dir():
+                sources = [Path(data)]
+            else:
+                raise ConfigError(
+                    f"{data}: no `unlabeled` entry; add `unlabeled: <image folder>` or pass a folder"
+                )
+        else:
+            items = value if isinstance(value, list) else [value]
+            if not all(isinstance(v, str) and v.strip() for v in items):  # '' would be the whole data set
+                raise ConfigError(f"{data}: `unlabeled` must be an image folder or list file (or a list of "
+                                  f"them), not {value!r}")
+            sources = [resolve(str(v), config.root) for v in items]
+    else:
+        sources = config.split(split)
+    return sources

@@ -2,7 +2,7 @@
 
 Never overwrites a label file unless asked (``overwrite``); every written file is recorded in its
 folder's manifest (:mod:`turboyolo.data.autolabels`) so the data set's scan can count model-made labels
-apart from human ones. A review list goes to the run directory: ``review.csv`` and
+apart from human ones. A review list goes to the run directory: ``review.csv``, ``classes.names`` and
 ``contact_sheet.jpg``, lowest confidence first (images with no detection before all others), so a
 person checks the least certain labels first. :func:`run_label` is the whole job (``turboyolo label``).
 """
@@ -19,14 +19,13 @@ import numpy as np
 from turboyolo.data.autolabels import record_model_labels
 from turboyolo.data.decode import load_image, save_image
 from turboyolo.draw import draw_boxes
-from turboyolo.errors import ConfigError, DataError, OutputError, printable, writable_folder
-from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, resolve
-from turboyolo.formats.labels import boxes_to_yolo_rows, write_yolo_labels
+from turboyolo.errors import OutputError, printable, writable_folder
+from turboyolo.formats.datasets import SPLITS, label_path_for, load_data_config, split_folders, split_images
+from turboyolo.formats.labels import boxes_to_yolo_rows, write_names, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.options import RunDirArgs, option, require
 from turboyolo.rundir import check_outside, clear_previous_outputs, record_outputs
 
-SPLITS = ("unlabeled", "train", "val")
 SHARED = "not labelled"  # review status of an image whose label file another image of the split has
 
 
@@ -105,45 +104,6 @@ class ReviewRow:
         return float(self.scores.mean()) if len(self.scores) else 0.0
 
 
-def split_images(data: str | Path, split: str) -> list[Path]:
-    """Images of ``split``: ``train``/``val`` from the data file, ``unlabeled`` from its ``unlabeled``
-    key (data.yaml ``unlabeled: folder``, .data ``unlabeled = list``) or, for an image folder, the folder."""
-    images = [image for source in split_sources(data, split) for image in list_images(source)]
-    if not images:
-        raise DataError(f"{data}: the {split} split has no images")
-    return images
-
-
-def split_folders(data: str | Path, split: str) -> list[Path]:
-    """The image folders :func:`split_images` walks."""
-    return [source for source in split_sources(data, split) if Path(source).is_dir()]
-
-
-def split_sources(data: str | Path, split: str) -> list[Path]:
-    """The sources (folders, list files, images) of ``split`` (see :func:`split_images`)."""
-    if split not in SPLITS:
-        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    config = load_data_config(data)
-    if split == "unlabeled":
-        value = config.extra.get("unlabeled")
-        if value is None:
-            if Path(data).is_dir():
-                sources = [Path(data)]
-            else:
-                raise ConfigError(
-                    f"{data}: no `unlabeled` entry; add `unlabeled: <image folder>` or pass a folder"
-                )
-        else:
-            items = value if isinstance(value, list) else [value]
-            if not all(isinstance(v, str) and v.strip() for v in items):  # '' would be the whole data set
-                raise ConfigError(f"{data}: `unlabeled` must be an image folder or list file (or a list of "
-                                  f"them), not {value!r}")
-            sources = [resolve(str(v), config.root) for v in items]
-    else:
-        sources = config.split(split)
-    return sources
-
-
 def run_label(request: LabelRequest) -> LabelReport:
     """``turboyolo label``: a model's detections as YOLO labels for the images of a split without one.
 
@@ -165,7 +125,8 @@ def run_label(request: LabelRequest) -> LabelReport:
     out_dir = request.out_dir or request.run_dir.make("label")
     clear_previous_outputs(out_dir)  # --exist-ok: the last review list goes, never mixed with this one
     rows = auto_label(predictor, images, args, request.label, out_dir, predictor.weights_path.name, classes)
-    written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg")
+    write_names(out_dir / "classes.names", names)  # `turboyolo review <run dir>` shows the classes by name
+    written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg", out_dir / "classes.names")
     record_outputs(out_dir, [path for path in written if path.exists()])
     return LabelReport(out_dir, rows)
 

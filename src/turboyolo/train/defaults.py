@@ -2,7 +2,8 @@
 
 Options left ``None`` take the cfg's value (``[net]`` angle, hue, saturation, exposure, flip, mosaic;
 ``[yolo]`` jitter, label_smooth_eps, iou_loss, iou_thresh), or turboyolo's default where the cfg gives
-none; :func:`resolve` writes them into the config so ``config.yaml`` and the console show every number
+none; :func:`resolve` writes them into the config (called once, by
+:func:`turboyolo.train.resolve.resolve_options`) so ``config.yaml`` and the console show every number
 the run used.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from turboyolo.data.augment import AugmentParams
 from turboyolo.formats.darknet_cfg import ModelSpec, YoloSpec
 from turboyolo.train.config import HYP_GROUPS, TrainConfig
 
@@ -42,8 +42,7 @@ def resolve(config: TrainConfig, spec: ModelSpec) -> TrainConfig:
         "saturation": max(float(net.saturation), 1.0),
         "exposure": max(float(net.exposure), 1.0),
         "fliplr": 0.5 if dict(net.extra).get("flip", "1") != "0" else 0.0,
-        "mosaic": min(max(float(net.mosaic), 0.0), 1.0) if net.mosaic is not None else
-        0.0 if config.data_args.augment_on == "device" else DEFAULT_MOSAIC,  # the device path makes none
+        "mosaic": min(max(float(net.mosaic), 0.0), 1.0) if net.mosaic is not None else DEFAULT_MOSAIC,
     }
     augment = dataclasses.replace(aug, **{k: v for k, v in from_cfg.items() if getattr(aug, k) is None})
     heads = [layer for layer in spec.layers if isinstance(layer, YoloSpec)]
@@ -58,16 +57,6 @@ def resolve(config: TrainConfig, spec: ModelSpec) -> TrainConfig:
         runtime = dataclasses.replace(runtime, bn_momentum=DEFAULT_BN_MOMENTUM)
     return dataclasses.replace(config, augment=augment, loss=dataclasses.replace(loss, **loss_values),
                                runtime=runtime)
-
-
-def augment_params(config: TrainConfig, spec: ModelSpec) -> AugmentParams | None:
-    """The training augmentation (None with ``--no-augment``)."""
-    aug = resolve(config, spec).augment
-    if not aug.augment:
-        return None
-    return AugmentParams(degrees=aug.degrees, scale=tuple(aug.aug_scale), translate=aug.translate,
-                         jitter=aug.jitter, hue=aug.hue, saturation=aug.saturation, exposure=aug.exposure,
-                         flip=aug.fliplr, flipud=aug.flipud, mosaic=aug.mosaic, mixup=aug.mixup)
 
 
 def describe(config: TrainConfig) -> list[str]:

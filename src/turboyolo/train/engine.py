@@ -29,7 +29,13 @@ from turboyolo.errors import TurboYoloError
 from turboyolo.model.postprocess import decode, nms_options, postprocess
 from turboyolo.train import distributed
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
-from turboyolo.train.metrics import EvalResult, evaluate_detections
+from turboyolo.train.metrics import (
+    EVAL_CONF_THRES,
+    EVAL_IOU_THRES,
+    EVAL_NMS_THRES,
+    EvalResult,
+    evaluate_detections,
+)
 from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
 from turboyolo.train.plan import Plan
 
@@ -68,6 +74,15 @@ class TrainState:
     skipped: int = 0  # iterations skipped for a NaN or inf loss or gradient (this process's run)
     skipped_in_a_row: int = 0
     last_checkpoint_iteration: int | None = None  # the iteration `last_checkpoint` holds
+    # images whose labels are model-made and unreviewed, trained without background loss (--unreviewed ignore)
+    no_background: frozenset[str] = frozenset()
+
+
+def _no_background(state: TrainState, metas, device: torch.device) -> torch.Tensor | None:
+    """``[B]`` bool: the batch's images in ``state.no_background`` (None when there are none)."""
+    if not state.no_background:
+        return None
+    return torch.tensor([path in state.no_background for path in metas.paths], device=device)
 
 
 @dataclass
@@ -147,7 +162,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
     while state.epoch_batches < num_batches:
         before = time.perf_counter()
         try:
-            images, targets, _ = next(iterator)
+            images, targets, metas = next(iterator)
         except StopIteration:
             break
         stats.wait_s += time.perf_counter() - before
@@ -160,7 +175,8 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         with _no_sync(state, last_micro):
             with autocast(options):
                 outputs = (state.forward or model)(x)
-            total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]))
+            total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]),
+                                   no_background=_no_background(state, metas, x.device))
             loss = total / state.images_per_iteration
             if state.scaler is not None:
                 state.scaler.scale(loss).backward()
@@ -285,9 +301,9 @@ def evaluate(
     *,
     device: torch.device,
     num_classes: int,
-    conf_thres: float = 0.25,
-    iou_thres: float = 0.5,
-    nms_thres: float = 0.5,
+    conf_thres: float = EVAL_CONF_THRES,
+    iou_thres: float = EVAL_IOU_THRES,
+    nms_thres: float = EVAL_NMS_THRES,
     eval_conf: float = 0.001,
     max_det: int = 300,
     amp_dtype: torch.dtype | None = None,

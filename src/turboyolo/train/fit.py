@@ -7,8 +7,8 @@ asks :class:`StopRule` (the one place that decides to stop) whether to go on; th
 evaluates, keeps the best weights and writes the checkpoint. A run that stops mid-epoch takes the same
 path: its checkpoint keeps the exact position for ``--resume``.
 
-Differences from PyTorch-YOLOv3's trainer: the optimizer is the cfg's (SGD unless it says ``adam=1``
-or ``optimizer=adam``; PyTorch-YOLOv3 uses Adam when the cfg names none); burn-in and LR steps count
+Differences from PyTorch-YOLOv3's trainer: the optimizer and schedule are fitted to the planned run
+(:mod:`turboyolo.train.plan`; ``--schedule darknet``: the cfg's); burn-in and LR steps count
 Darknet iterations of ``batch`` images from 1; the loss is divided by the images per iteration; EMA
 weights are evaluated; checkpoints hold the full state and ``--resume`` continues exactly.
 """
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import torch
 
-from turboyolo.data.loader import default_workers
-from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.devices import amp_dtype_for, usable_cpus
 from turboyolo.errors import OutputError, TrainingInterrupted, printable
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg
 from turboyolo.model.loading import (
@@ -43,9 +42,19 @@ from turboyolo.train.gpu_monitor import GpuMonitor, data_wait_advice
 from turboyolo.train.loaders import RunData
 from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.metrics import EvalResult
-from turboyolo.train.setup import Run, build_state, check_batching, fit_to_data, load_data, open_run, run_plan
+from turboyolo.train.setup import (
+    Run,
+    build_state,
+    check_batching,
+    choose_input_pipeline,
+    fit_to_data,
+    load_data,
+    open_run,
+    run_plan,
+    write_run_files,
+)
+from turboyolo.train.stop import INTERRUPTED, StopRule
 
-INTERRUPTED = "interrupted"  # stopped as a crash would stop it: last.pt only, no evaluation
 VAL_PLOT_IMAGES = 48  # validation images drawn per evaluation: val_batch0..2, 16 each
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)  # the disk said no
 
@@ -61,57 +70,6 @@ class FitResult:
     epochs: int = 0  # completed epochs
     minutes: float = 0.0  # training time, evaluations excluded
     stop_reason: str = ""
-
-
-@dataclass
-class StopRule:
-    """The one place that decides whether the run goes on.
-
-    :meth:`reason` is asked after every update and at the end of every epoch; :meth:`after_evaluation`
-    after each evaluation (early stopping: ``patience`` epochs since the best fitness).
-    """
-
-    epochs: int
-    max_iterations: int  # 0: no limit
-    limit_s: float  # 0: no limit
-    stop_at_iteration: int | None = None  # tests: stop as an interruption would
-    broadcast: bool = False  # under torchrun with a time limit: rank 0's clock decides for all
-    ctrl_c: bool = False  # set by the SIGINT handler (:func:`catch_ctrl_c`)
-    patience: int = 0  # epochs without a better fitness before stopping (0: never)
-    planned_iterations: int = 0  # where the schedule ends (--max-batches or --epochs), for the messages
-    distributed_run: bool = False  # under torchrun: rank 0 (which evaluates) decides patience for all
-
-    def reason(self, state: TrainState, train_seconds: float) -> str | None:
-        """None to go on, else why the run stops (``interrupted``, ``max_batches``, ``epochs``, ...)."""
-        why = None
-        if self.ctrl_c or (self.stop_at_iteration is not None and state.iteration >= self.stop_at_iteration):
-            why = INTERRUPTED
-        elif self.max_iterations and state.iteration >= self.max_iterations:
-            why = "max_batches"
-        elif state.epoch >= self.epochs:
-            why = "epochs"
-        elif self.limit_s and train_seconds >= self.limit_s:
-            why = "time_limit"
-        return distributed.broadcast_object(why) if self.broadcast else why
-
-    def after_evaluation(self, state: TrainState) -> str | None:
-        """``"patience"`` when ``patience`` epochs passed since the best fitness, else None."""
-        why = None
-        if self.patience and state.best_epoch is not None and state.epoch - state.best_epoch >= self.patience:
-            why = "patience"
-        return distributed.broadcast_object(why) if self.distributed_run else why
-
-    def message(self, reason: str | None, state: TrainState) -> str | None:
-        """What the console says about a stop that is not the planned end (None when it is)."""
-        if reason == "patience":
-            return (f"stopped early at epoch {state.epoch}: no better fitness in the {self.patience} epochs "
-                    f"since epoch {state.best_epoch} (--patience {self.patience}); best.pt is epoch "
-                    f"{state.best_epoch}'s")
-        if reason == "time_limit" and self.planned_iterations and state.iteration < self.planned_iterations:
-            return (f"warning: --time-limit stopped the run at iteration {state.iteration} of the "
-                    f"{self.planned_iterations} its schedule spans (--max-batches/--epochs): the learning "
-                    "rate never reached the end of its schedule; give more time or fewer iterations")
-        return None
 
 
 @dataclass
@@ -131,6 +89,7 @@ class Session:
     cfg_text: str
     advice: str  # what to change when the step waits for data (GpuMonitor.data_wait_warning)
     result: EvalResult | None = None  # the last evaluation
+    slow_data: str = ""  # set when the data-wait stayed far above the prediction: the progress line says
     train_seconds: float = 0.0  # evaluations excluded
 
 
@@ -141,14 +100,18 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     nothing evaluated), so tests can resume it.
     """
     run = open_run(config, quiet)
+    device = run.device
     try:
+        check_batching(run.spec, run.env.world_size)
+        choose_input_pipeline(run)  # --cache, --augment-on, --workers (and CUDA --subdivisions): or auto
         mini_batch = check_batching(run.spec, run.env.world_size)
         data = load_data(run, mini_batch)
         if run.env.is_main:
             data.write_report(run.run_dir)
-        spec = fit_to_data(run, data)
-        device = distributed.device_for(run.env, resolve_device(run.config.runtime.device))
-        state = build_state(run.config, spec, run.env, device, run.resume_state, run.say, run_plan(run))
+        fit_to_data(run, data)  # the anchors
+        run_plan(run)
+        write_run_files(run)  # config.yaml and model.cfg, once: every value the run uses
+        state = build_state(run.resolved, run.env, device, run.resume_state, run.say)
     except BaseException:
         run.discard()  # a failed start leaves no half-made run directory behind
         raise
@@ -162,6 +125,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     try:
         with contextlib.ExitStack() as closing:  # closed in reverse order, however the loop ends
             session = open_session(run, data, state, device, stop, closing)
+            state.no_background = frozenset(str(s.image) for s in data.train.dataset.samples if s.partial)
             reason = stop.reason(state, 0.0)
             say(f"training on {device}: {len(data.train.dataset)} images, {len(data.train)} "
                 f"mini-batches/epoch; run {run.run_dir}")
@@ -221,8 +185,8 @@ def open_session(run: Run, data: RunData, state: TrainState, device: torch.devic
     options = StepOptions(device=device, amp_dtype=amp_dtype_for(device, config.runtime.amp),
                           clip_norm=config.runtime.clip_norm, channels_last=config.runtime.channels_last,
                           log_interval=config.output.log_interval, say=run.say)
-    advice = data_wait_advice(config.data_args.cache, config.data_args.augment_on, data.train.workers,
-                              default_workers() + 1)
+    advice = run.resolved.pipeline.advice or data_wait_advice(
+        config.data_args.cache, config.data_args.augment_on, data.train.workers, usable_cpus())
     return Session(run, data, state, options, logger, writer, monitor, progress, stop, format_cfg(run.spec),
                    advice)
 
@@ -251,10 +215,15 @@ def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
             gpu = monitor.read()
             values.update(gpu)
             gpu_readings.append(gpu)
-            session.progress.update(state, values)
-            warning = monitor.data_wait_warning(values["data_wait"], session.advice)
+            predicted = run.resolved.pipeline.data_wait if run.resolved.pipeline.images_per_s else None
+            warning = monitor.data_wait_warning(values["data_wait"], session.advice, predicted)
             if warning:
                 run.say(warning)
+                session.slow_data = session.advice.split(";")[0]
+                if run.env.is_main:  # the run directory says so too
+                    with open(run.run_dir / "data_wait.txt", "a") as note:
+                        note.write(f"iteration {state.iteration}: {warning}\n")
+            session.progress.update(state, {**values, "note": session.slow_data})
             session.logger.scalars(values, state.iteration)
         session.writer.poll()  # a checkpoint write that failed in the background stops the run now
         reason = session.stop.reason(state, session.train_seconds + time.perf_counter() - epoch_start)
@@ -295,7 +264,7 @@ def end_of_epoch(session: Session, reason: str | None, stats: EpochStats,
     state.last_checkpoint = str(weights_dir / "last.pt")
     state.last_checkpoint_iteration = state.iteration
     if run.env.is_main:
-        session.writer.save(checkpoint_dict(state, run.config.as_dict(), session.cfg_text), paths)
+        session.writer.save(checkpoint_dict(state, run.resolved.as_dict(), session.cfg_text), paths)
     return reason
 
 

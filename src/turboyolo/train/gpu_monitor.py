@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from turboyolo.train.auto import FAR_ABOVE, Machine, advice
+
 DATA_WAIT_WARN = 0.10
 
 
@@ -108,27 +110,23 @@ class GpuMonitor:
             self._pairs = pairs
         return values
 
-    def data_wait_warning(self, data_wait: float, advice: str) -> str | None:
-        """One warning line, once per run, after ``patience`` log points above 10% data-wait."""
-        self._high = self._high + 1 if data_wait > DATA_WAIT_WARN else 0
+    def data_wait_warning(self, data_wait: float, advice: str, predicted: float | None = None) -> str | None:
+        """One warning line, once per run, after ``patience`` log points above 10% data-wait (and far
+        above ``predicted``, the share the run's ``auto`` choice predicted at the start, when given)."""
+        limit = DATA_WAIT_WARN if predicted is None else max(DATA_WAIT_WARN, predicted + FAR_ABOVE)
+        self._high = self._high + 1 if data_wait > limit else 0
         if self._warned or self._high < self.patience:
             return None
         self._warned = True
+        expected = "" if predicted is None else f" (predicted at the start: {100 * predicted:.0f}%)"
         return (f"warning: the training step waited for data {100 * data_wait:.0f}% of the time for "
-                f"{self._high} log intervals; {advice}")
+                f"{self._high} log intervals{expected}; {advice}")
 
     def close(self) -> None:
         self._stop.set()
 
 
 def data_wait_advice(cache: str, augment_on: str, workers: int | None, cores: int) -> str:
-    """The doctor's usual first fix for the settings a run uses (a hint; ``turboyolo doctor`` measures)."""
-    if cache == "none":
-        fix = "--cache ram (decode each image once)"
-    elif augment_on != "device":
-        fix = "--augment-on device (the CPU only copies cached images)"
-    elif workers is not None and workers < cores - 1:
-        fix = f"--workers {cores - 1}"
-    else:
-        fix = "a smaller --img-size or fewer, larger mini-batches (--subdivisions)"
-    return f"try {fix}; `turboyolo doctor --data ... --model ...` measures why"
+    """The usual first fix for the settings a run uses (:func:`turboyolo.train.auto.advice`)."""
+    machine = Machine(cores, 0, 0, "cuda")
+    return advice(cache, augment_on, machine.max_workers if workers is None else workers, machine, None)

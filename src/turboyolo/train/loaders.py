@@ -1,9 +1,10 @@
-"""The training and validation loaders of a run, from its config and its network's ``[net]``.
+"""The training and validation loaders of a run, from its resolved values
+(:class:`~turboyolo.train.resolve.ResolvedRun`: sizes, batch, cache, workers, where augmentation runs and
+what it is).
 
 Scans both splits (the scan summary is printed), opens or builds the prepared caches at the folders
-``turboyolo prepare`` writes (so a cache prepared ahead of time is the one training reads), and turns
-the cfg's augmentation keys plus the flags into :class:`~turboyolo.data.augment.AugmentParams`
-(:mod:`turboyolo.train.defaults`); ``--image-weights`` and ``--single-cls`` change what the loader draws.
+``turboyolo prepare`` writes (so a cache prepared ahead of time is the one training reads);
+``--image-weights`` and ``--single-cls`` change what the loader draws.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import numpy as np
 from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import Sample, ScanResult, scan_dataset, write_scan_report
-from turboyolo.formats.darknet_cfg import ModelSpec
+from turboyolo.data.scan import Sample, ScanResult, apply_unreviewed, scan_dataset, write_scan_report
 from turboyolo.train.config import TrainConfig
-from turboyolo.train.defaults import augment_params
+from turboyolo.train.resolve import ResolvedRun
 
 
 @dataclass
@@ -42,15 +42,16 @@ class RunData:
         return {str(sample.image): sample.labels for sample in self.val_scan.samples}
 
 
-def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: int = 0, world_size: int = 1,
+def build_loaders(resolved: ResolvedRun, mini_batch: int, rank: int = 0, world_size: int = 1,
                   log: Callable[[str], None] = print, report: Path | None = None) -> RunData:
-    """Scan, (optionally) cache and wrap both splits; ``mini_batch`` images per training batch.
+    """Scan, (optionally) cache and wrap both splits as ``resolved`` says; ``mini_batch`` images per
+    training batch.
 
     The scan summaries (and the first excluded files) are logged; ``report`` is where the full list goes.
     """
-    img_size = spec.net.width
-    val_size = config.eval.val_img_size or img_size
-    train_scan = scan_dataset(config.data, "train")
+    config = resolved.config
+    img_size, val_size = resolved.img_size, resolved.val_img_size
+    train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
     val_scan = scan_dataset(config.data, "val", train_scan.names)
     for scan in (train_scan, val_scan):
         log(scan.console_text(report=report))
@@ -63,8 +64,7 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
         names = names if len(names) == 1 else ["item"]
         log(f"--single-cls: every box is class 0 ({names[0]!r})")
     weights = image_weights(train_scan.samples, len(names)) if config.data_args.image_weights else None
-    multiscale = ((int(img_size * 0.67) // 32 * 32, int(img_size * 1.5) // 32 * 32)
-                  if config.augment.multiscale else None)
+    multiscale = resolved.multiscale
     kind, workers, seed = config.data_args.cache, config.data_args.workers, config.runtime.seed
     cache = val_cache = None
     if config.data_args.augment_on == "device" and kind == "none":
@@ -78,12 +78,11 @@ def build_loaders(config: TrainConfig, spec: ModelSpec, mini_batch: int, rank: i
         val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size),
                                   memory=kind, log=log)
     train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
-                         augment=augment_params(config, spec), workers=workers, shuffle=True, seed=seed,
+                         augment=resolved.augment, workers=workers, shuffle=True, seed=seed,
                          multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
                          rank=rank, world_size=world_size, image_weights=weights)
-    val_batch = config.eval.eval_batch or 2 * mini_batch
     # evaluation is sharded too (rank 0 merges the shards) and leaves out, never replaces, a broken image
-    val = build_loader(val_scan.samples, img_size=val_size, batch_size=val_batch,
+    val = build_loader(val_scan.samples, img_size=val_size, batch_size=config.eval.eval_batch,
                        augment=None, workers=workers, shuffle=False, seed=seed, cache=val_cache, rank=rank,
                        world_size=world_size, drop_broken=True, rect=config.eval.rect)
     return RunData(train, val, names, train_scan, val_scan)

@@ -79,7 +79,7 @@ class Progress:
         self.bar.set_postfix_str(
             f"box {values['box']:.3f} obj {values['obj']:.3f} cls {values['cls']:.3f} "
             f"lr {values['lr']:.2e} {values['images_per_s']:.1f} img/s wait {100 * values['data_wait']:.0f}%"
-            + _gpu_postfix(values),
+            + _gpu_postfix(values) + (f" ({values['note']})" if values.get("note") else ""),
             refresh=True,
         )
 

@@ -105,7 +105,8 @@ class YoloLoss:
         return "mse" if kind == "darknet" and head.new_coords else kind
 
     def __call__(
-        self, outputs: Sequence[torch.Tensor], targets: torch.Tensor, input_hw: tuple[int, int]
+        self, outputs: Sequence[torch.Tensor], targets: torch.Tensor, input_hw: tuple[int, int],
+        no_background: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss of one mini-batch.
 
@@ -113,6 +114,8 @@ class YoloLoss:
             outputs: raw head outputs, ``[B, A, H/stride, W/stride, 5 + C]`` each.
             targets: ``[N, 6]`` (batch index, class, cx, cy, w, h relative to the input).
             input_hw: the network input's (height, width) in pixels.
+            no_background: ``[B]`` bool, images whose unassigned predictions get no "no object" loss
+                (labels a model made and nobody reviewed: ``turboyolo train --unreviewed ignore``).
 
         Returns:
             ``total``: scalar, the weighted sum of the terms, summed over the mini-batch's images;
@@ -128,6 +131,8 @@ class YoloLoss:
             ignore = ignore_mask(head, p, truth, valid, a.stride)
             obj_target = torch.zeros(p.shape[:4], device=p.device)
             obj_weight = (~ignore).float()
+            if no_background is not None:
+                obj_weight[no_background] = 0.0
             obj_weight[a.image, a.anchor, a.gj, a.gi] = 1.0
             if len(a):
                 ps = p[a.image, a.anchor, a.gj, a.gi]  # [n, 5 + C]

@@ -30,6 +30,12 @@ from turboyolo.train.curves import (
 )
 
 BACKENDS = ("pycocotools", "faster-coco-eval")
+# The evaluation settings, declared once: `turboyolo train`'s evaluations (EvalArgs), `turboyolo test`
+# (a checkpoint's own, else these) and engine.evaluate share them, so the same weights read the same
+# precision / recall everywhere.
+EVAL_CONF_THRES = 0.1  # score where precision, recall and F1 are read (AP uses every detection >= 0.001)
+EVAL_IOU_THRES = 0.5  # IoU a detection needs with a ground truth to count as found
+EVAL_NMS_THRES = 0.5  # IoU of per-class NMS
 
 
 @dataclass

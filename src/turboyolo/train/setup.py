@@ -1,6 +1,7 @@
 """What a run starts from, set up before :func:`turboyolo.train.fit.fit`'s loop: the run directory (new, or
-the one ``--resume`` continues) with its ``model.cfg`` and ``config.yaml``, the cfg with the flags applied,
-the loaders, the anchor check, and the training state (model, optimizer, schedule, loss, EMA)."""
+the one ``--resume`` continues), the run resolved once (:mod:`turboyolo.train.resolve`: flags, recipe, cfg,
+defaults, then the ``auto`` input pipeline, the anchor check and the plan), its ``config.yaml`` and
+``model.cfg`` written once, the loaders, and the training state (model, optimizer, schedule, loss, EMA)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import (
     ModelSpec,
     format_cfg,
-    parse_anchor_list,
     parse_cfg,
     parse_cfg_text,
     training_only_notes,
@@ -27,7 +27,7 @@ from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
-from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors, with_classes
+from turboyolo.model.zoo import ARCHITECTURES, make_spec
 from turboyolo.rundir import (
     RESUME_OUTPUT,
     check_outputs,
@@ -39,23 +39,27 @@ from turboyolo.rundir import (
 )
 from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
+from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
-from turboyolo.train.config import RESUMABLE, TrainConfig
-from turboyolo.train.defaults import resolve
+from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig
 from turboyolo.train.engine import TrainState
+from turboyolo.train.facts import auto_pipeline, step_memory
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
 from turboyolo.train.plan import Plan, describe, legacy_plan, make_plan, refit
+from turboyolo.train.resolve import ResolvedRun, resolve_options
 
 
 @dataclass
 class Run:
-    """Where a run writes and what it starts from (a fresh start or a checkpoint)."""
+    """Where a run writes, what it starts from (a fresh start or a checkpoint) and its resolved values
+    (:class:`~turboyolo.train.resolve.ResolvedRun`, completed as the start goes: the pipeline, the
+    anchors, the plan)."""
 
-    config: TrainConfig
-    spec: ModelSpec
+    resolved: ResolvedRun
     env: distributed.DistEnv
+    device: torch.device  # this process's training device (resolved once)
     run_dir: Path
     quiet: bool
     say: Callable[..., None]
@@ -64,13 +68,20 @@ class Run:
     batches_per_epoch: int = 0  # training mini-batches per epoch on this rank (known once the data is)
 
     @property
+    def config(self) -> TrainConfig:
+        return self.resolved.config
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.resolved.spec
+
+    @property
     def weights_dir(self) -> Path:
         return self.run_dir / "weights"
 
     @property
     def max_iterations(self) -> int:
-        chosen = self.config.schedule.max_batches
-        return self.spec.net.max_batches if chosen is None else chosen
+        return self.resolved.max_iterations
 
     def iterations_per_epoch(self) -> int:
         subdivisions = max(self.spec.net.subdivisions // self.env.world_size, 1)
@@ -93,8 +104,10 @@ class Run:
 
 
 def open_run(config: TrainConfig, quiet: bool) -> Run:
-    """The run directory (new, or the one ``--resume`` continues), its cfg and config, the console."""
-    env = distributed.init(resolve_device(config.runtime.device).type)
+    """The run directory (new, or the one ``--resume`` continues), its resolved values and device, the
+    console. Nothing is written yet: :func:`write_run_files` writes ``config.yaml`` and ``model.cfg``
+    once the run is fully resolved."""
+    env = distributed.read_env()
     quiet = quiet or not env.is_main  # one console, one log, one set of checkpoints: rank 0's
     say = (lambda *a: None) if quiet else print
     resume_state, made_here = None, False
@@ -105,14 +118,19 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
                 f"(only {', '.join(RESUMABLE)} may change)")
+        sources = dict(resume_state["config"].get("sources") or dict.fromkeys(OPTION_GROUP, "resumed"))
+        sources.update({name: "flag" for name in config.given if name in RESUMABLE})
+        spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
+        resolved = resolve_options(saved.resumed(config), spec, say, sources)
+    else:
+        resolved = resolve_options(config, load_cfg(config, say), say)
+    device = distributed.device_for(env, resolve_device(resolved.config.runtime.device))  # once
+    env = distributed.init(device.type)
+    if config.resume:
         run_dir, made_here, where = distributed.broadcast_object(  # the output rule of rundir.py
             resume_run_dir(config.resume, config.output, config.given) if env.is_main else None)
         say(f"--resume writes into {run_dir} ({where})")
-        config = saved.resumed(config)
-        spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
     else:
-        spec = apply_overrides(load_cfg(config, say), config, say)
-        config = resolve(config, spec)  # the cfg's augmentation and loss values, written into config.yaml
         output = config.output
         check_outside(Path(output.project) / output.name, load_data_config(config.data).folders(),
                       "--project")  # the output rule (rundir.py): a run never lands in its own data
@@ -124,15 +142,56 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
         check_outputs(run_outputs(run_dir), inputs, overwrite=True)  # --exist-ok never writes over them
         if output.exist_ok and env.is_main and (note := reuse_note(run_dir)):
             say(f"note: {note}")
-    run = Run(config, spec, env, run_dir, quiet, say, resume_state, made_here)
-
-    for note in training_only_notes(spec):
+    run = Run(resolved, env, device, run_dir, quiet, say, resume_state, made_here)
+    for note in training_only_notes(resolved.spec):
         say(f"note: {note}")
     run.weights_dir.mkdir(parents=True, exist_ok=True)
-    if env.is_main:
-        (run_dir / "model.cfg").write_text(format_cfg(spec))
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
     return run
+
+
+def write_run_files(run: Run) -> None:
+    """``config.yaml`` (every effective value with its source, the pipeline's prediction, the plan) and
+    ``model.cfg`` (the network as trained), each written once, when the run is fully resolved."""
+    if run.env.is_main:
+        (run.run_dir / "model.cfg").write_text(format_cfg(run.spec))
+        (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.resolved.as_dict(), sort_keys=False))
+
+
+def choose_input_pipeline(run: Run) -> None:
+    """``--cache``, ``--augment-on`` and ``--workers``: the given ones, and for ``auto`` what rank 0
+    measures and chooses (:func:`turboyolo.train.facts.auto_pipeline`), one line per choice."""
+    if run.device.type == "cuda" and run.resume_state is None and run.resolved.sources.get(
+            "subdivisions") in ("cfg", "default"):
+        choose_subdivisions_on_device(run)
+    resolved, args = run.resolved, run.config.data_args
+    requested = {name: (getattr(args, name), resolved.sources.get(name, "flag"))
+                 for name in ("cache", "augment_on", "workers")}
+    if AUTO not in (args.cache, args.augment_on) and args.workers is not None:
+        run.resolved = resolved.with_pipeline(given_pipeline(requested))
+        return
+    choice = None
+    if run.env.is_main:
+        choice = auto_pipeline(requested, run.config.data, run.spec, resolved.augment, resolved.mini_batch,
+                               run.device, run.env.world_size, resolved.multiscale, log=run.say)
+    choice = distributed.broadcast_object(choice)
+    for line in choice.lines():
+        run.say(line)
+    run.resolved = resolved.with_pipeline(choice)
+
+
+def choose_subdivisions_on_device(run: Run) -> None:
+    """CUDA, ``--subdivisions`` not given: the largest mini-batch of the cfg's batch that fits in the free
+    device memory (rank 0 measures, every rank takes its choice), one line saying so."""
+    net, choice = run.spec.net, None
+    if run.env.is_main:
+        amp = amp_dtype_for(run.device, run.config.runtime.amp)
+        per_image, fixed = step_memory(run.spec, run.device, amp)
+        free = torch.cuda.mem_get_info(run.device)[0]
+        choice = choose_subdivisions(net.batch, net.subdivisions, run.env.world_size, per_image, fixed, free)
+    subdivisions, reason = distributed.broadcast_object(choice)
+    run.say(f"--subdivisions {subdivisions} (auto): {reason}")
+    if subdivisions != net.subdivisions:
+        run.resolved = run.resolved.with_subdivisions(subdivisions, reason)
 
 
 def load_cfg(config: TrainConfig, say: Callable[..., None]) -> ModelSpec:
@@ -148,35 +207,6 @@ def load_cfg(config: TrainConfig, say: Callable[..., None]) -> ModelSpec:
                         "is unknown; add a names file to the data set, or write a cfg with `turboyolo cfg`")
     say(f"network: {config.cfg}, its canonical cfg for the data set's {len(names)} classes")
     return make_spec(config.cfg, num_classes=len(names))
-
-
-def apply_overrides(spec: ModelSpec, config: TrainConfig, say: Callable[..., None] = print) -> ModelSpec:
-    """The cfg with ``--batch``, ``--subdivisions``, ``--img-size``, ``--max-batches``, ``--anchors`` and
-    ``--single-cls`` applied.
-
-    ``--batch B`` without ``--subdivisions`` means B images per mini-batch (subdivisions=1), as
-    ``--batch`` means in other PyTorch trainers, unless B is the cfg's own batch (then its subdivisions
-    stay); a line says so.
-    """
-    schedule, changes = config.schedule, {}
-    if schedule.batch:
-        changes["batch"] = schedule.batch
-    if schedule.subdivisions:
-        changes["subdivisions"] = schedule.subdivisions
-    elif schedule.batch and schedule.batch != spec.net.batch and spec.net.subdivisions != 1:
-        changes["subdivisions"] = 1
-        say(f"--batch {schedule.batch} without --subdivisions: {schedule.batch} images per mini-batch "
-            f"(subdivisions=1; the cfg's subdivisions={spec.net.subdivisions} split its "
-            f"batch={spec.net.batch}); "
-            "--subdivisions N accumulates N smaller mini-batches per iteration when memory is short")
-    if config.data_args.img_size:
-        changes["width"] = changes["height"] = config.data_args.img_size
-    if schedule.max_batches:  # 0 means "epochs decide"; the schedule keeps the cfg's max_batches
-        changes["max_batches"] = schedule.max_batches
-    spec = spec.with_net(**changes) if changes else spec
-    if config.loss.anchors:
-        spec = with_anchors(spec, parse_anchor_list(config.loss.anchors))
-    return with_classes(spec, 1) if config.data_args.single_cls else spec
 
 
 def check_batching(spec: ModelSpec, world_size: int) -> int:
@@ -197,7 +227,7 @@ def load_data(run: Run, mini_batch: int) -> RunData:
     env = run.env
 
     def build() -> RunData:
-        return build_loaders(run.config, run.spec, mini_batch, env.rank, env.world_size, log=run.say,
+        return build_loaders(run.resolved, mini_batch, env.rank, env.world_size, log=run.say,
                              report=run.run_dir / "scan_report.txt")
 
     ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
@@ -205,23 +235,29 @@ def load_data(run: Run, mini_batch: int) -> RunData:
 
 
 def fit_to_data(run: Run, data: RunData) -> ModelSpec:
-    """The cfg the run trains: on a fresh start the anchor check (``--autoanchor`` may replace them,
-    then model.cfg is rewritten); the training set's size fixes the epochs ``--close-mosaic`` counts."""
+    """The cfg the run trains: on a fresh start the anchor check (``--autoanchor`` may replace them: the
+    resolved run then holds the fitted ones); the training set's size fixes the epochs
+    ``--close-mosaic`` counts."""
     run.batches_per_epoch = len(data.train)
     if run.resume_state is None:
         loss = run.config.loss
         fit_anchors = loss.autoanchor and not loss.anchors  # anchors given with --anchors: only checked
         spec = check_anchors(run.spec, data.train_scan.samples, autoanchor=fit_anchors,
                              data=run.config.data, cfg=run.config.cfg, say=run.say)
-        if spec is not run.spec and run.env.is_main:
-            (run.run_dir / "model.cfg").write_text(format_cfg(spec))
-        run.spec = spec
+        if spec is not run.spec:
+            run.resolved = run.resolved.with_spec(spec, "auto: k-means on the training boxes (--autoanchor)")
     return run.spec
 
 
 def run_plan(run: Run) -> Plan:
-    """The plan of the run: the checkpoint's on ``--resume`` (so the curve continues unchanged), else
-    fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`)."""
+    """The plan of the run (also set on ``run.resolved``): the checkpoint's on ``--resume`` (so the curve
+    continues unchanged), else fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`)."""
+    plan = _plan(run)
+    run.resolved = run.resolved.with_plan(plan)
+    return plan
+
+
+def _plan(run: Run) -> Plan:
     net, config = run.spec.net, run.config
     if run.resume_state is not None:
         saved = run.resume_state.get("plan")
@@ -243,16 +279,14 @@ def run_plan(run: Run) -> Plan:
                     f"started for {started}); the fitted decay now ends at iteration {planned}, so the rate "
                     f"of iteration {iteration + 1} is {after:.3g} (was {before:.3g})")
         return plan
-    plan = make_plan(config, net, run.planned_iterations(), run.planned_epochs(), run.iterations_per_epoch())
-    if run.env.is_main:  # config.yaml: the options (read back by --config) and what they came to (not read)
-        (run.run_dir / "config.yaml").write_text(
-            yaml.safe_dump({**config.as_dict(), "plan": plan.as_dict()}, sort_keys=False))
-    return plan
+    return make_plan(config, net, run.planned_iterations(), run.planned_epochs(), run.iterations_per_epoch())
 
 
-def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, device: torch.device,
-                resume_state: dict | None, say: Callable[..., None], plan: Plan) -> TrainState:
-    """Model (pretrained, frozen, on the device), optimizer, schedule, loss, EMA; restored on resume."""
+def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.device,
+                resume_state: dict | None, say: Callable[..., None]) -> TrainState:
+    """Model (pretrained, frozen, on the device), optimizer, schedule, loss, EMA from the resolved run
+    (its plan included); restored on resume."""
+    config, spec, plan = resolved.config, resolved.spec, resolved.plan
     runtime, loss = config.runtime, config.loss
     torch.manual_seed(runtime.seed)
     model = Darknet(spec)
@@ -284,10 +318,10 @@ def build_state(config: TrainConfig, spec: ModelSpec, env: distributed.DistEnv, 
         model=model,
         optimizer=build_optimizer(model, plan.optimizer),
         schedule=plan.schedule,
-        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss or "cfg", iou_thresh=loss.assign_iou_thres,
+        loss_fn=YoloLoss(model.heads, box_loss=loss.box_loss, iou_thresh=loss.assign_iou_thres,
                          anchor_ratio=loss.anchor_ratio, obj_iou=loss.obj_iou,
                          gains=(loss.box_gain, loss.obj_gain, loss.cls_gain),
-                         label_smoothing=loss.label_smoothing or 0.0),
+                         label_smoothing=loss.label_smoothing),
         images_per_iteration=net.batch // env.world_size,  # DDP averages over ranks: per-rank share
         subdivisions=net.subdivisions // env.world_size,
         world_size=env.world_size,

@@ -16,7 +16,13 @@ from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
 from turboyolo.options import amp_option, device_option, option, require
 from turboyolo.train.engine import evaluate
-from turboyolo.train.metrics import BACKENDS, EvalResult
+from turboyolo.train.metrics import (
+    BACKENDS,
+    EVAL_CONF_THRES,
+    EVAL_IOU_THRES,
+    EVAL_NMS_THRES,
+    EvalResult,
+)
 
 
 @dataclass
@@ -30,12 +36,14 @@ class TestArgs:
                                   "the cfg's width)", type=int)
     batch_size: int = option(16, "images per forward pass", "-b", "--batch-size", type=int)
     workers: int | None = option(None, "loader workers", "--n-cpu", "--workers", type=int)
-    iou_thres: float = option(0.5, "IoU a detection needs with a ground truth to count as found in "
-                              "precision/recall/F1 (AP is always COCO's: at 0.5 and over 0.5:0.95)",
-                              type=float)
-    conf_thres: float = option(0.01, "score where precision/recall/F1 are read (AP uses every detection "
-                               ">= 0.001)", type=float)
-    nms_thres: float = option(0.4, "IoU of per-class NMS", type=float)
+    iou_thres: float | None = option(None, "IoU a detection needs with a ground truth to count as found in "
+                                     f"precision/recall/F1 (AP is always COCO's: at 0.5 and over 0.5:0.95; "
+                                     f"default: a checkpoint's, else {EVAL_IOU_THRES})", type=float)
+    conf_thres: float | None = option(None, "score where precision/recall/F1 are read (AP uses every "
+                                      f"detection >= 0.001; default: a checkpoint's, else {EVAL_CONF_THRES})",
+                                      type=float)
+    nms_thres: float | None = option(None, "IoU of per-class NMS (default: a checkpoint's, else "
+                                     f"{EVAL_NMS_THRES})", type=float)
     max_det: int = option(300, "detections kept per image", type=int)
     device: str = device_option()
     amp: str = amp_option()
@@ -48,9 +56,9 @@ class TestArgs:
     def __post_init__(self) -> None:
         require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
                 "--img-size must be a multiple of 32")
-        require(0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
-        require(0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
-        require(0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
+        require(self.iou_thres is None or 0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
+        require(self.conf_thres is None or 0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
+        require(self.nms_thres is None or 0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
         require(self.batch_size >= 1, "--batch-size must be >= 1")
         require(self.max_det >= 1, "--max-det must be >= 1")
 
@@ -94,12 +102,14 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     """
     options, data = request.test, request.data
     spec, weights, state = _model_spec(request)
+    run_eval = eval_settings(state)
     size = options.img_size
-    if not size and state is not None:  # evaluate where the run evaluated
-        saved = state.get("config") or {}
-        size = (saved.get("eval") or {}).get("val_img_size") or saved.get("val_img_size")
-        if size:
-            log(f"input {size} x {size}: the run's --val-img-size (--img-size overrides)")
+    if not size and run_eval.get("val_img_size"):  # evaluate where the run evaluated
+        size = run_eval["val_img_size"]
+        log(f"input {size} x {size}: the run's --val-img-size (--img-size overrides)")
+    defaults = {"conf_thres": EVAL_CONF_THRES, "iou_thres": EVAL_IOU_THRES, "nms_thres": EVAL_NMS_THRES}
+    thresholds = {name: getattr(options, name) if getattr(options, name) is not None else
+                  run_eval.get(name, default) for name, default in defaults.items()}
     if size:
         spec = spec.with_net(width=size, height=size)
     model = build_model(spec, weights)
@@ -118,12 +128,21 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
                           workers=options.workers, shuffle=False, rect=options.rect)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         conf_thres=options.conf_thres, iou_thres=options.iou_thres,
-                         nms_thres=options.nms_thres, max_det=options.max_det,
+                         **thresholds, max_det=options.max_det,
                          amp_dtype=amp_dtype_for(device, options.amp), backend=options.backend)
     if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
         log(loader.dropped_summary())
     return TestReport(result, names)
+
+
+def eval_settings(state: dict | None) -> dict:
+    """The evaluation settings a checkpoint's run used (its resolved ``eval`` group; ``{}`` for Darknet
+    weights): ``turboyolo test`` of a run's weights reads them as the run's own evaluations did."""
+    saved = (state or {}).get("config") or {}
+    settings = dict(saved.get("eval") or {})
+    if saved.get("val_img_size"):  # turboyolo 0.1: flat
+        settings.setdefault("val_img_size", saved["val_img_size"])
+    return {key: value for key, value in settings.items() if value is not None}
 
 
 def _model_spec(request: TestRequest) -> tuple[ModelSpec, Path, dict | None]:

@@ -1,0 +1,96 @@
+"""Timing the data path: images/s and CPU-seconds per image of a loader (every process), and the median
+CPU time of a per-image function. One home for what ``turboyolo train``'s ``auto`` measures at the start
+of a run, ``turboyolo doctor`` and ``turboyolo bench data``.
+
+Per core = images / CPU-seconds of the main process (all threads, pinning included) and every live
+DataLoader worker (user + system, from /proc).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def median_pass(fn: Callable, items: Sequence, repeats: int) -> float:
+    """Median over ``repeats`` passes of the mean CPU seconds of ``fn(item)`` (one warm-up call)."""
+    fn(items[0])
+    passes = []
+    for _ in range(max(1, repeats)):
+        start = time.process_time()
+        for item in items:
+            fn(item)
+        passes.append((time.process_time() - start) / len(items))
+    return statistics.median(passes)
+
+
+@dataclass
+class Measurement:
+    images: int
+    wall_s: float
+    cpu_s: float  # main + workers
+    main_cpu_s: float
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.wall_s
+
+    @property
+    def images_per_core_s(self) -> float:
+        return self.images / max(self.cpu_s, 1e-9)
+
+    @property
+    def main_ms_per_image(self) -> float:
+        return 1000 * self.main_cpu_s / self.images
+
+
+def _process_cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_loader(loader, images: int) -> Measurement:
+    """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch.
+
+    CPU time counts the main process (all threads, including pinning) and every live worker.
+    """
+    epoch = 0
+    loader.set_epoch(epoch)
+    iterator = iter(loader)
+    next(iterator)  # warm-up: workers started, first batch in flight
+    workers = _worker_pids(loader)
+    start_wall, start_main = time.perf_counter(), _self_cpu_s()
+    start_workers = sum(_process_cpu_s(p) for p in workers)
+    seen = 0
+    while seen < images:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            epoch += 1
+            loader.set_epoch(epoch)
+            iterator = iter(loader)
+            continue
+        seen += batch[0].shape[0]
+    wall = time.perf_counter() - start_wall
+    main = _self_cpu_s() - start_main
+    worker_cpu = sum(_process_cpu_s(p) for p in workers) - start_workers
+    del iterator
+    return Measurement(seen, wall, main + worker_cpu, main)
+
+
+def _worker_pids(loader) -> list[int]:
+    """PIDs of the persistent DataLoader workers behind a DetectionLoader (empty when in-process)."""
+    inner = getattr(loader, "_loader", None)
+    it = getattr(inner, "_iterator", None)
+    return [w.pid for w in getattr(it, "_workers", [])] if it is not None else []

@@ -1,0 +1,211 @@
+"""What ``auto`` decides from, measured at the start of a run (and by ``turboyolo doctor``, the same code).
+
+- :func:`measure_costs`: the real loader (:func:`turboyolo.data.pipeline.build_loader`, the run's
+  augmentation, mosaic included) on a sample of the training images, in-process: CPU-seconds per image
+  cold (original files), warm (a RAM cache of the sample) and with ``--augment-on device`` (CPU side).
+- :func:`machine_facts`: usable cores, free RAM, free disk at the cache folder, the device.
+- :func:`estimate_step_s`: the training step's seconds per image before the first step, from the
+  model's FLOPs and the device's rate (a named GPU's table rate, else a short matrix-multiply
+  measurement) at an assumed utilisation; the run then measures it (the data-wait readout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from turboyolo.data.augment import AugmentParams
+from turboyolo.data.cache import available_bytes, default_cache_root, estimate_bytes, prepare_cache
+from turboyolo.data.device_loader import device_augment_unsupported
+from turboyolo.data.pipeline import build_loader
+from turboyolo.data.scan import Sample, scan_dataset
+from turboyolo.data.timing import measure_loader
+from turboyolo.devices import usable_cpus
+from turboyolo.formats.darknet_cfg import ModelSpec
+from turboyolo.model.darknet import Darknet
+from turboyolo.train.auto import AUTO, ImageCosts, Machine, PipelineChoice, choose_pipeline, given_pipeline
+
+SAMPLE_IMAGES = 8  # training images the start-of-run measurement decodes (twice: warm-up and timed)
+WORKER_BATCHES = 24  # batches the doctor's one-worker runs time (more than a worker's buffer ring)
+# Step time from FLOPs: bf16 matrix rate of a named GPU and a YOLOv3 training utilisation.
+# H200/H100: 790 TFLOP/s measured on an H200 (989 datasheet); A100: 312 datasheet x 0.8.
+GPU_RATES = {"h200": 790e12, "h100": 790e12, "a100": 250e12}
+ASSUMED_MFU = 0.35
+CPU_MFU = 0.5  # convolutions against the measured fp32 matrix-multiply rate of this CPU
+
+
+def assumed_step_s(gpu: str, forward_flops_per_image: float, mini_batch: int) -> float:
+    """Seconds of one training step (forward + backward + optimizer = 3 x forward) on ``gpu``."""
+    return 3.0 * forward_flops_per_image * mini_batch / (GPU_RATES[gpu] * ASSUMED_MFU)
+
+
+def forward_flops(spec: ModelSpec, img_size: int) -> float:
+    """Forward FLOPs (2 x multiply-adds) of one image, counted on the meta device (no compute)."""
+    spec = spec.with_net(width=img_size, height=img_size)
+    with torch.device("meta"):
+        model = Darknet(spec)
+        x = torch.empty(1, 3, img_size, img_size)
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    return float(counter.get_total_flops())
+
+
+def device_rate(device: torch.device) -> tuple[float, str]:
+    """(FLOP/s a training step reaches on ``device``, how it was found)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device).lower()
+        for gpu, rate in GPU_RATES.items():
+            if gpu in name:
+                return rate * ASSUMED_MFU, f"{gpu.upper()} table rate x {ASSUMED_MFU}"
+    size = 512 if device.type == "cpu" else 4096
+    a = torch.randn(size, size, device=device)
+    _sync(device)
+    a @ a  # warm-up
+    _sync(device)
+    start, count = time.perf_counter(), 0
+    while time.perf_counter() - start < 0.05 or count < 2:
+        a @ a
+        count += 1
+        _sync(device)
+    rate = 2 * size**3 * count / (time.perf_counter() - start)
+    mfu = CPU_MFU if device.type == "cpu" else ASSUMED_MFU
+    return rate * mfu, f"measured matrix multiply x {mfu}"
+
+
+def estimate_step_s(spec: ModelSpec, img_size: int, device: torch.device) -> tuple[float, str]:
+    """(seconds of the training step per image, how it was estimated): 3 x forward FLOPs / rate."""
+    flops = forward_flops(spec, img_size)
+    rate, how = device_rate(device)
+    return 3.0 * flops / rate, f"3 x {flops / 1e9:.2f} GFLOP per image at {rate / 1e12:.2f} TFLOP/s ({how})"
+
+
+def step_memory(spec: ModelSpec, device: torch.device, amp_dtype: torch.dtype | None) -> tuple[float, float]:
+    """CUDA: (activation bytes per image of a forward + backward, bytes of the model, its gradients and
+    an Adam state), from two small mini-batches (2 and 4 images) at the training size."""
+    model = Darknet(spec).to(device)
+    size, peaks = spec.net.width, []
+    for mini in (2, 4):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        x = torch.rand(mini, 3, size, size, device=device)
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+            outputs = model(x)
+        sum(o.float().sum() for o in outputs).backward()
+        peaks.append(torch.cuda.max_memory_allocated(device) - start)
+        model.zero_grad(set_to_none=True)
+        del x, outputs
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    torch.cuda.empty_cache()
+    return max((peaks[1] - peaks[0]) / 2, 1.0), 4.0 * weights
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sample_subset(samples: Sequence[Sample], count: int = SAMPLE_IMAGES, seed: int = 0) -> list[Sample]:
+    """A fixed random subset of ``samples`` (in their order)."""
+    rng = np.random.default_rng(seed)
+    pick = sorted(rng.choice(len(samples), min(count, len(samples)), replace=False))
+    return [samples[int(i)] for i in pick]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """One OpenCV and one torch thread, as in a loader worker (restored after)."""
+    threads, cv_threads = torch.get_num_threads(), cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        cv2.setNumThreads(cv_threads)
+
+
+def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
+                 cache, augment_on: str, workers: int = 0, multiscale=None,
+                 passes: int = 1) -> tuple[float, float]:
+    """(CPU-seconds per image of all loader processes, main process's share) over ``passes`` timed passes
+    of ``subset`` after a warm-up batch."""
+    loader = build_loader(subset, img_size=img_size, batch_size=max(1, min(batch, len(subset))),
+                          augment=augment, workers=workers, shuffle=True, cache=cache,
+                          augment_on=augment_on, multiscale=multiscale, pin_memory=False)
+    m = measure_loader(loader, len(subset) * passes)
+    del loader
+    return m.cpu_s / m.images, m.main_cpu_s / m.images
+
+
+def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
+                  count: int = SAMPLE_IMAGES, multiscale=None, handoff: bool = False) -> ImageCosts:
+    """The loader's CPU-seconds per image on ``count`` of ``samples``: cold, warm and device-side; with
+    ``handoff`` also, with one worker, the main process's share and the worker's cost beyond the
+    in-process one (a worker process starts: the doctor does it, a run's start does not)."""
+    subset = sample_subset(samples, count)
+    size = max(img_size, multiscale[1] if multiscale else 0)
+    with one_thread():
+        cold, _ = loader_cpu_s(subset, img_size, batch, augment, None, "cpu", multiscale=multiscale)
+        cache = prepare_cache(subset, size, None, memory="ram", workers=1, log=lambda *_: None)
+        warm, _ = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", multiscale=multiscale)
+        device = None
+        if device_augment_unsupported(augment) is None:
+            device, _ = loader_cpu_s(subset, img_size, batch, augment, cache, "device", multiscale=multiscale)
+        main = extra = 0.0
+        device_main = device_extra = None
+        if handoff:
+            # a worker's first batches allocate its shared buffers: time enough batches to see it settle
+            passes = max(1, -(-WORKER_BATCHES * batch // len(subset)))
+            total, main = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", workers=1,
+                                       multiscale=multiscale, passes=passes)
+            extra = max(0.0, total - main - warm)
+            if device is not None:
+                total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
+                                                  workers=1, multiscale=multiscale, passes=passes)
+                device_extra = max(0.0, total - device_main - device)
+    return ImageCosts(cold, warm, device, main, extra, device_main, device_extra)
+
+
+def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
+    """Usable cores, free RAM, free disk at ``cache_folder`` (or its nearest existing parent)."""
+    return Machine(usable_cpus(), available_bytes("ram", cache_folder), available_bytes("disk", cache_folder),
+                   device.type, str(cache_folder))
+
+
+def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: ModelSpec,
+                  augment: AugmentParams | None, mini_batch: int, device: torch.device, world_size: int = 1,
+                  multiscale=None, log=print) -> PipelineChoice:
+    """Measure what ``auto`` decides from (a sample of ``data``'s training images, this machine, the
+    step's estimate) and choose (:func:`turboyolo.train.auto.choose_pipeline`)."""
+    img_size = spec.net.width
+    size = max(img_size, multiscale[1] if multiscale else 0)
+    train = scan_dataset(data, "train").samples
+    if not train:  # the loaders name the problem
+        fallback = {name: ("none" if value == AUTO else value, source) if name == "cache" else
+                    ("cpu" if value == AUTO else value, source) if name == "augment_on" else
+                    (0 if value is None else value, source) for name, (value, source) in requested.items()}
+        return given_pipeline(fallback)
+    val = scan_dataset(data, "val").samples
+    costs = measure_costs(train, img_size, mini_batch, augment, multiscale=multiscale)
+    cache_bytes = estimate_bytes(train, size) + estimate_bytes(val, img_size)
+    machine = machine_facts(device, default_cache_root(data, "train", size))
+    if world_size > 1:  # the ranks of a node share its cores and memory
+        machine = dataclasses.replace(machine, cores=max(1, machine.cores // world_size),
+                                      free_ram=machine.free_ram // world_size)
+    step_s, how = estimate_step_s(spec, img_size, device)
+    log(f"input pipeline: measured on {len(sample_subset(train))} training images: "
+        f"{1000 * costs.cold_s:.1f} ms per image from the files, {1000 * costs.warm_s:.2f} ms from a cache"
+        + (f", {1000 * costs.device_s:.2f} ms with device augmentation" if costs.device_s is not None else "")
+        + f"; step ~{1000 * step_s:.2f} ms per image ({how})")
+    unsupported = device_augment_unsupported(augment)
+    return choose_pipeline(requested, costs, machine, step_s, cache_bytes, unsupported)

@@ -1,0 +1,163 @@
+"""Each original decoded at most once per epoch without a cache (mosaic and mixup partners come from the
+images a worker has in hand) and once per run with ``--cache ram/disk``; the batches stay a function of
+(seed, epoch, index, pool): the same with 0 or 2 workers, after a mid-epoch resume, with or without cache."""
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from synth import make_image_folder as make_dataset
+from turboyolo.data import decode
+from turboyolo.data.augment import AugmentParams, mosaic_rng, partner_draw
+from turboyolo.data.cache import prepare_cache
+from turboyolo.data.loader import group_batches
+from turboyolo.data.pipeline import build_loader
+from turboyolo.data.sampler import default_pool_batches
+from turboyolo.data.scan import scan_dataset
+
+MIXING = AugmentParams.from_net(mosaic=1.0)
+
+
+@pytest.fixture
+def samples(tmp_path, isolated_cache):
+    make_dataset(tmp_path, count=23, size=(80, 140), num_classes=3)
+    return scan_dataset(tmp_path / "images", "train").samples
+
+
+def _epoch(loader, epoch):
+    loader.set_epoch(epoch)
+    return [(images.clone(), targets.clone(), [str(m.path) for m in metas])
+            for images, targets, metas in loader]
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for (ia, ta, pa), (ib, tb, pb) in zip(a, b, strict=True):
+        assert pa == pb and torch.equal(ia, ib) and torch.equal(ta, tb)
+
+
+@pytest.mark.parametrize("augment", [MIXING, AugmentParams(mosaic=0.5, mixup=0.5)])
+def test_cold_epoch_decodes_each_original_at_most_once(samples, augment):
+    kwargs = dict(img_size=64, batch_size=3, augment=augment, shuffle=True, seed=5, partner_pool=2)
+    loader = build_loader(samples, workers=0, **kwargs)
+    before = decode.DECODES.copy()
+    for epoch in (0, 1):
+        batches = _epoch(loader, epoch)
+        assert sum(len(p) for _, _, p in batches) == len(samples)
+        assert set(loader.epoch_decoded) == set(range(len(samples)))  # every sample, its pool's partners
+        assert max(loader.epoch_decoded.values()) == 1
+        assert any(t.shape[0] > len(p) for _, t, p in batches)  # mosaics (several images' boxes) were made
+    assert loader.decoded == Counter({i: 2 for i in range(len(samples))})
+    per_path = decode.DECODES - before  # the process-wide count agrees (workers=0: all in this process)
+    assert per_path == Counter({str(s.image): 2 for s in samples})
+    # the same batches from 2 worker processes (each makes whole pools), counted there the same way
+    two = build_loader(samples, workers=2, **kwargs)
+    for epoch in (0, 1):
+        _same(_epoch(build_loader(samples, workers=0, **kwargs), epoch), _epoch(two, epoch))
+        assert max(two.epoch_decoded.values()) == 1 and len(two.epoch_decoded) == len(samples)
+
+
+def test_partners_from_the_whole_set_decode_again(samples):
+    # partner_pool=0 is the behaviour before pools: partners from the whole data set, so a mosaic decodes
+    # its 3 partners again (an image a batch already holds excepted): the counter sees it
+    loader = build_loader(samples, workers=0, img_size=64, batch_size=3, augment=MIXING, shuffle=True,
+                          seed=5, partner_pool=0)
+    _epoch(loader, 0)
+    assert sum(loader.epoch_decoded.values()) > 2.5 * len(samples)
+    assert max(loader.epoch_decoded.values()) > 2
+
+
+@pytest.mark.parametrize("memory", ["ram", "disk"])
+def test_cache_decodes_each_image_once_per_run(samples, tmp_path, memory):
+    before = decode.DECODES.copy()
+    cache = prepare_cache(samples, 64, tmp_path / "prep" if memory == "disk" else None, memory=memory,
+                          workers=1, log=lambda *_: None)
+    kwargs = dict(img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=5)
+    loader = build_loader(samples, workers=0, cache=cache, **kwargs)
+    cached = [_epoch(loader, epoch) for epoch in (0, 1, 2)]
+    assert decode.DECODES - before == Counter({str(s.image): 1 for s in samples})  # the build, nothing else
+    assert not loader.decoded
+    # and the cache changes nothing the network sees
+    cold = build_loader(samples, workers=0, **kwargs)
+    for epoch, batches in enumerate(cached):
+        _same(_epoch(cold, epoch), batches)
+
+
+def test_mid_epoch_resume_gives_the_same_mosaics(samples):
+    kwargs = dict(img_size=64, batch_size=3, augment=AugmentParams(mosaic=0.7, mixup=0.3), shuffle=True,
+                  seed=1, partner_pool=3)
+    full = _epoch(build_loader(samples, workers=0, **kwargs), 1)
+    for workers in (0, 1):
+        loader = build_loader(samples, workers=workers, **kwargs)
+        loader.set_epoch(1)
+        tail = [(i.clone(), t.clone(), [str(m.path) for m in ms]) for i, t, ms in loader.remaining(4)]
+        _same(full[4:], tail)  # batch 4 starts inside the second pool: its pool is still the whole run
+
+
+def test_partners_come_from_the_pool_and_cover_the_set(samples):
+    """Mosaic statistics: every sample stays a partner about as often as before (3 per mosaic, spread
+    over the data set), only drawn from the images of its run of batches."""
+    loader = build_loader(samples, workers=0, img_size=64, batch_size=3, augment=MIXING, shuffle=True,
+                          seed=2, partner_pool=2)
+    sampler, dataset = loader.batch_sampler, loader.dataset
+    sampler.set_epoch(0)
+    chosen = Counter()
+    for batch in sampler:
+        for index, epoch, _size, mix, pool in batch:
+            assert mix is True and index in pool and len(pool) >= 3
+            draw = mosaic_rng(dataset.seed, epoch, index)
+            draw.random()  # the loader's first draw: mosaic or not
+            partners = partner_draw(draw, pool, len(samples), size=3)
+            assert set(partners) <= set(pool)
+            chosen.update(partners)
+    assert sum(chosen.values()) == 3 * len(samples) and len(chosen) > len(samples) // 2
+
+
+def test_workers_share_small_epochs_and_a_cache_needs_no_groups(samples, tmp_path):
+    # 23 samples, batch 3: 8 batches in one pool of 8; with 2 workers the pool is cut in 2 groups of 4
+    # batches so both workers have work (an image then decoded up to once per group), same batches
+    assert group_batches(8, 8, 0, False) == 8 and group_batches(8, 8, 1, False) == 8
+    assert group_batches(8, 8, 4, False) == 2 and group_batches(8, 80, 4, False) == 8
+    assert group_batches(8, 8, 0, True) == 1 and group_batches(0, 8, 0, False) == 1
+    kwargs = dict(img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=4, partner_pool=8)
+    alone = build_loader(samples, workers=0, **kwargs)
+    shared = build_loader(samples, workers=2, **kwargs)
+    assert alone.group == 8 and shared.group == 4
+    _same(_epoch(alone, 0), _epoch(shared, 0))
+    assert max(alone.epoch_decoded.values()) == 1
+    assert max(shared.epoch_decoded.values()) <= 2 and len(shared.epoch_decoded) == len(samples)
+    cache = prepare_cache(samples, 64, None, memory="ram", workers=1, log=lambda *_: None)
+    assert build_loader(samples, workers=0, cache=cache, **kwargs).group == 1
+
+
+def test_default_pool_size():
+    assert default_pool_batches(8) == 8 and default_pool_batches(1) == 64
+    assert default_pool_batches(64) * 64 == 256 and default_pool_batches(3) * 3 >= 64
+    assert np.all([default_pool_batches(b) >= 1 for b in range(1, 300)])
+
+
+@pytest.mark.slow
+def test_turboyolo_train_decodes_each_training_image_once_per_epoch(tmp_path, isolated_cache):
+    """Through `turboyolo train` with its defaults (mosaic 1 where the cfg says none, --cache none),
+    in-process loaders: 2 epochs decode each training image at most twice; with --cache ram the training
+    loader decodes none (the cache build decoded each once, in its decode processes)."""
+    from synth import make_dataset as make_train_set
+    from synth import micro_cfg
+    from turboyolo.cli import main as cli
+
+    data = make_train_set(tmp_path / "data", 8, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=4)
+    train_images = [line for line in (tmp_path / "data" / "train.txt").read_text().split() if line]
+    common = ["train", "--cfg", str(cfg), "--data", str(data), "--epochs", "2", "--workers", "0",
+              "--evaluation-interval", "0", "--checkpoint-interval", "0"]
+    for cache, most in (("none", 2), ("ram", 0)):
+        before = decode.DECODES.copy()
+        assert cli([*common, "--cache", cache, "--project", str(tmp_path / cache)]) == 0
+        counts = decode.DECODES - before
+        per_image = [counts[str(Path(p))] for p in train_images]
+        assert max(per_image) == most, (cache, per_image)
+        config = (next((tmp_path / cache).iterdir()) / "config.yaml").read_text()
+        assert "mosaic: 1.0" in config  # the default run made mosaics
