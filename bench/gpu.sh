@@ -8,6 +8,7 @@
 #   checkpoint stall                                               -> $OUT/checkpoint.json
 #   `turboyolo train`, no loader flags (auto where the run chooses) -> $OUT/train-auto.json
 #   `turboyolo train --cache ram --augment-on device` (hand-tuned) -> $OUT/train-tuned.json
+#   channels_last / compile / folded inference copy (compute.py)   -> $OUT/compute.json (COMPUTE=0: skip)
 # then prints the table ($OUT/table.md). Each JSON is written as soon as its section ends.
 # Prepare first, here: bash bench/gpu_prepare.sh; then
 #   run(command="bash bench/gpu.sh", carry=["bench/wheels", "bench/photos"], timeout_s=600)
@@ -56,5 +57,11 @@ $PY bench/gpu_bench.py ours-device "${COMMON[@]}"
 $PY bench/gpu_bench.py checkpoint "${COMMON[@]}"
 $PY bench/gpu_bench.py train-auto "${COMMON[@]}" --epochs "$EPOCHS" --train-timeout "$TRAIN_TIMEOUT"
 $PY bench/gpu_bench.py train-tuned "${COMMON[@]}" --epochs "$EPOCHS" --train-timeout "$TRAIN_TIMEOUT"
+# the compute section (bench/compute.py gpu): channels_last / torch.compile on the CUDA training step, the
+# folded inference copy and channels_last for detection -> $OUT/compute.json (about 2 minutes)
+if [ "${COMPUTE:-1}" = 1 ]; then
+  timeout 240 $PY bench/compute.py gpu > "$OUT/compute.json" 2> "$OUT/compute.log" \
+    || echo '{"error": "compute section failed or timed out, see compute.log"}' > "$OUT/compute.json"
+fi
 $PY bench/gpu_bench.py table --out "$OUT"
 rm -rf "$WORK"

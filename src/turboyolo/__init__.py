@@ -9,6 +9,13 @@ its modules' names (``from turboyolo.train.fit import fit``, ``from turboyolo.tr
 """
 
 import importlib
+import os
+
+# PyTorch's CPU allocator hands every tensor of 2 MB or more to the kernel as transparent huge pages when
+# this is set before torch's first allocation (it is read once). Without it each large activation is a fresh
+# mmap that page-faults 4 KB at a time: on the CPU training step (yolov3-tiny, batch 8 at 416) that was 20 %
+# of its time (docs/PERFORMANCE.md, "Compute at the hardware's pace"). A value the user set is kept.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 __version__ = "0.2.0"
 __all__ = ["load", "detect", "train", "__version__"]

@@ -37,6 +37,7 @@ def load(
     device: str | None = None,
     img_size: int | tuple[int, int] | None = None,
     half: bool = False,
+    backend: str = "auto",
 ) -> Predictor:
     """A ready :class:`~turboyolo.infer.predict.Predictor` (eval mode, on ``device``; default: CUDA if any).
 
@@ -44,8 +45,10 @@ def load(
         weights: ``.weights`` file, checkpoint (``.pt``), or a pinned asset name (``"yolov3-tiny"``).
         cfg: the Darknet ``.cfg``; needed for ``.weights`` files other than pinned assets.
         img_size: network input side (or ``(width, height)``); default: the cfg's.
+        backend: what runs the network: ``"auto"`` (onnxruntime on the CPU when installed, else torch),
+            ``"torch"`` or ``"onnxruntime"`` (:mod:`turboyolo.infer.backends`).
     """
-    return Predictor.load(weights, cfg, device=device, img_size=img_size, half=half)
+    return Predictor.load(weights, cfg, device=device, img_size=img_size, half=half, backend=backend)
 
 
 def detect(

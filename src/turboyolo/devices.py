@@ -56,3 +56,10 @@ def amp_dtype_for(device: torch.device, amp: str) -> torch.dtype | None:
     if amp == "bf16" or (amp == "auto" and torch.cuda.is_bf16_supported()):
         return torch.bfloat16
     return torch.float16
+
+
+def channels_last_for(device: torch.device, requested: bool | None) -> bool:
+    """``--channels-last`` / ``--no-channels-last``; unset: on for the CPU, where oneDNN runs the training
+    step about 25 % faster with it (no layout reorders around each convolution, vectorised pooling;
+    docs/PERFORMANCE.md), off elsewhere until measured there (bench/gpu.sh)."""
+    return device.type == "cpu" if requested is None else requested

@@ -52,20 +52,50 @@ def test_darknet_maxpool_size2_stride1_ignores_out_of_bounds():
     assert torch.equal(out[0, 0], expected)
 
 
+@pytest.mark.parametrize("height,width", [(9, 7), (8, 6)])
 @pytest.mark.parametrize("size,stride", [(2, 2), (3, 1), (5, 1), (3, 2)])
-def test_darknet_maxpool_matches_definition(size, stride):
-    x = torch.randn(1, 2, 9, 7)
+def test_darknet_maxpool_matches_definition(size, stride, height, width):
+    x = torch.randn(1, 2, height, width)
     spec = MaxPoolSpec(size=size, stride=stride, padding=size - 1)
     out = DarknetMaxPool(spec)(x)
     offset = -(spec.padding // 2)
-    out_h = (9 + spec.padding - size) // stride + 1
-    out_w = (7 + spec.padding - size) // stride + 1
+    out_h = (height + spec.padding - size) // stride + 1
+    out_w = (width + spec.padding - size) // stride + 1
     assert out.shape[-2:] == (out_h, out_w)
     for i in range(out_h):
         for j in range(out_w):
             y0, x0 = offset + i * stride, offset + j * stride
             window = x[..., max(y0, 0) : y0 + size, max(x0, 0) : x0 + size]
             assert torch.equal(out[..., i, j], window.amax((-2, -1)))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("size,stride,padding", [(2, 2, 1), (2, 1, 1), (3, 2, 2), (2, 2, 0), (3, 2, 1),
+                                                 (4, 2, 3)])
+def test_darknet_maxpool_skips_only_an_unread_pad(size, stride, padding, channels_last):
+    """Where the pool skips its -inf pad (a pad no window reaches), outputs and gradients are bit for bit
+    those of always padding; the inputs hold ties (small integers), where the chosen index matters."""
+    gen = torch.Generator().manual_seed(size * 100 + stride * 10 + padding)
+    spec = MaxPoolSpec(size=size, stride=stride, padding=padding)
+    pool = DarknetMaxPool(spec)
+    skipped = []
+    for height, width in [(8, 8), (9, 7), (6, 11), (13, 13), (2, 2)]:
+        x = torch.randint(-3, 3, (2, 3, height, width), generator=gen).float()
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        out_h, out_w = (height + padding - size) // stride + 1, (width + padding - size) // stride + 1
+        grad = torch.randn(2, 3, out_h, out_w, generator=gen)
+        ours, reference = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out = pool(ours)
+        expected = F.max_pool2d(F.pad(reference, pool.pad, value=float("-inf")), size, stride)
+        out.backward(grad)
+        expected.backward(grad)
+        assert torch.equal(out, expected)
+        assert torch.equal(ours.grad, reference.grad)
+        skipped.append(not pool.pad_is_read(height, width))
+    # yolov3-tiny's pools (size 2, stride 2, padding 1) skip the pad on even sides, and keep it on odd ones
+    if (size, stride, padding) == (2, 2, 1):
+        assert skipped == [True, False, False, False, True]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -85,8 +85,10 @@ def test_fixture_is_a_deterministic_fixed_batch(reference):
 
 
 def test_one_iteration_matches_darknet(tiny_weights, reference):
+    """With PyTorch's arithmetic, to stay fast: the fixture's batch has no element within float rounding of
+    the leaky ReLU's kink, so it agrees as well (the recipe's --arithmetic darknet: the slow tests)."""
     printout, updates = reference
-    steps = run_steps(tiny_weights, 1)
+    steps = run_steps(tiny_weights, 1, arithmetic="torch")
     _assert_figures_agree(steps, printout, 1)
     _assert_updates_agree(steps, 1, ONE_ITERATION, updates, tiny_weights)
 
@@ -151,4 +153,9 @@ def test_config_darknet_through_the_command_line(tmp_path, capsys):
     assert (runtime["bn_train"], runtime["bn_momentum"], runtime["ema"], runtime["clip_norm"],
             runtime["amp"]) == ("darknet", 0.02, False, 0, "off")  # --bn-momentum given too: the flag wins
     assert (saved["augment"]["mosaic"], saved["augment"]["aug_scale"]) == (0, [1, 1])
-    assert "schedule: darknet (--schedule darknet): SGD" in capsys.readouterr().out
+    assert (saved["augment"]["loader"], saved["augment"]["fliplr"], runtime["arithmetic"]) == (
+        "darknet", 0.5, "darknet")
+    out = capsys.readouterr().out
+    assert "schedule: darknet (--schedule darknet): SGD" in out
+    # said once at the start: Darknet's draws, and the cfg's jitter etc. that make them random
+    assert out.count("loader: darknet (pjreddie's load_data_detection): 4 list entries") == 1

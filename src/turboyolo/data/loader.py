@@ -334,13 +334,17 @@ def _ungrouped(loader: torch.utils.data.DataLoader):
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,
                    channels_last: bool = False) -> torch.Tensor:
     """uint8 [B, 3, H, W] -> ``dtype`` in [0, 1] on ``device`` (non-blocking copy; layout and divide
-    there): contiguous, or channels-last with ``channels_last``.
+    there): contiguous, or channels-last with ``channels_last``. Float images (the Darknet loader's,
+    already in [0, 1]: data/darknet_loader.py) are only copied and laid out.
 
     A :class:`turboyolo.data.device_loader.CanvasBatch` (``--augment-on device``) is copied and then
     augmented on the device.
     """
     if hasattr(images, "to_device"):
         return images.to_device(device, dtype, channels_last)
+    if images.is_floating_point():  # the Darknet loader's float [0, 1] images
+        images = images.to(device, dtype, non_blocking=True)
+        return images.contiguous(memory_format=torch.channels_last) if channels_last else images
     images = images.to(device, non_blocking=True)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     images = images.contiguous(memory_format=layout)

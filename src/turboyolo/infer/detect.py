@@ -197,7 +197,7 @@ def run_detect(request: DetectRequest) -> DetectReport:
     """
     args = request.predict
     predictor = Predictor.load(request.weights, request.cfg, device=args.device, img_size=args.img_size,
-                               half=args.half)
+                               half=args.half, backend=args.backend)
     names = class_names(request.names, predictor.model.num_classes)
     if request.output.coco_ids and predictor.model.num_classes != 80:
         raise ConfigError("--coco-ids needs an 80-class model")

@@ -115,7 +115,7 @@ def run_label(request: LabelRequest) -> LabelReport:
     args = request.predict
     images = split_images(request.data, request.label.split)
     predictor = Predictor.load(request.weights, request.cfg, device=args.device, img_size=args.img_size,
-                               half=args.half)
+                               half=args.half, backend=args.backend)
     names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
     classes = class_indices(args.class_filter, names)
     _check_label_folders(images, request.label.overwrite)

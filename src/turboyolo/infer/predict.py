@@ -9,6 +9,7 @@ command shares (:class:`PredictArgs`: ``turboyolo detect``, ``turboyolo label``,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from turboyolo.boxes import Letterbox
 from turboyolo.data.decode import load_image
 from turboyolo.devices import resolve_device
 from turboyolo.errors import ConfigError, FlagError
+from turboyolo.infer.backends import BACKENDS, make_runner
 from turboyolo.infer.tiling import TileOptions, detect_tiled
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model, resolve_model
@@ -42,6 +44,8 @@ class PredictArgs:
     device: str = device_option()
     half: bool = option(False, "fp16 on CUDA (bf16 on CPU)", action="store_true")
     batch_size: int = option(8, "images per forward pass", "-b", "--batch-size", type=int)
+    backend: str = option("auto", "what runs the network: torch, onnxruntime (CPU, float32) or auto "
+                          "(onnxruntime on the CPU when installed, else torch)", choices=BACKENDS)
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)
@@ -85,24 +89,33 @@ def _axis_weights(size_in: int, size_out: int, device) -> tuple[torch.Tensor, to
     return index.to(device), (index + 1).clamp_(max=size_in - 1).to(device), weight.to(device)
 
 
-def darknet_resize(chw: torch.Tensor, new_w: int, new_h: int) -> torch.Tensor:
-    """Darknet's ``resize_image``: separable bilinear with aligned corners, columns then rows.
+def darknet_resize(image: torch.Tensor, new_w: int, new_h: int) -> torch.Tensor:
+    """Darknet's ``resize_image`` of a uint8 ``[H, W, C]`` image: separable bilinear with aligned corners,
+    columns then rows, in float32 on ``pixel / 255``; returns float ``[new_h, new_w, C]``.
 
     Two quirks are kept because they move scores: the last column copies the last source column,
     and the last row gets only the ``(1 - dy)`` term (nearly black when float32 puts it just below
-    the last source row).
+    the last source row). Only the source pixels that some output reads are gathered and converted
+    (rows, then columns), so the cost does not grow with the photo's size; every output is
+    the same float32 expression as Darknet's.
     """
-    _, height, width = chw.shape
-    ix, ix1, dx = _axis_weights(width, new_w, chw.device)
-    part = chw[:, :, ix] * (1 - dx) + chw[:, :, ix1] * dx
-    if width > 1:
-        part[:, :, -1] = chw[:, :, -1]
-    else:
-        part = chw[:, :, :1].expand(-1, -1, new_w).clone()
-    iy, iy1, dy = _axis_weights(height, new_h, chw.device)
-    out = part[:, iy, :] * (1 - dy)[:, None]
+    height, width = image.shape[:2]
+    ix, ix1, dx = _axis_weights(width, new_w, image.device)
+    iy, iy1, dy = _axis_weights(height, new_h, image.device)
+    dx, dy = dx.view(1, -1, 1), dy.view(-1, 1, 1)
+
+    def columns(rows: torch.Tensor) -> torch.Tensor:
+        source = image.index_select(0, rows)
+        left = source.index_select(1, ix).float().div_(255.0)
+        if width == 1:
+            return left
+        part = left.mul_(1 - dx).add_(source.index_select(1, ix1).float().div_(255.0).mul_(dx))
+        part[:, -1] = source[:, width - 1].float().div_(255.0)
+        return part
+
+    out = columns(iy).mul_(1 - dy)
     if height > 1:
-        out[:, :-1, :] += part[:, iy1[:-1], :] * dy[:-1, None]
+        out[:-1] += columns(iy1[:-1]).mul_(dy[:-1])
     return out
 
 
@@ -119,16 +132,19 @@ def darknet_letterbox(
     tensor = torch.as_tensor(image)
     height, width = tensor.shape[:2]
     new_w, new_h = letterbox_size(width, height, net_w, net_h)
-    chw = tensor.permute(2, 0, 1).float().div_(255.0)
-    chw = darknet_resize(chw, new_w, new_h)
-    boxed = chw.new_full((chw.shape[0], net_h, net_w), 0.5)
+    resized = darknet_resize(tensor, new_w, new_h)
+    boxed = resized.new_full((resized.shape[2], net_h, net_w), 0.5)
     left, top = (net_w - new_w) // 2, (net_h - new_h) // 2
-    boxed[:, top : top + new_h, left : left + new_w] = chw
+    boxed[:, top : top + new_h, left : left + new_w] = resized.permute(2, 0, 1)
     # Darknet un-letterboxes with a float half pad although it embedded at the integer one.
     letterbox = Letterbox(
         new_w / width, new_h / height, (net_w - new_w) / 2, (net_h - new_h) / 2, width, height
     )
     return boxed, letterbox
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _as_tensor(image: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -155,6 +171,8 @@ class Predictor:
         model: the network (weights loaded); moved to ``device`` and put in eval mode.
         img_size: network input (width, height); defaults to the cfg's.
         half: fp16 on CUDA (bf16 on CPU).
+        backend: what runs the network (:mod:`turboyolo.infer.backends`): ``auto``, ``torch`` or
+            ``onnxruntime``; either runs an inference copy with batch norm folded, ``model`` stays as it is.
     """
 
     def __init__(
@@ -163,6 +181,8 @@ class Predictor:
         device: str | torch.device = "cpu",
         img_size: tuple[int, int] | None = None,
         half: bool = False,
+        backend: str = "auto",
+        say=_say,
     ):
         self.device = torch.device(device)
         self.dtype = (
@@ -177,16 +197,18 @@ class Predictor:
                 f"--img-size {self.img_size[0]}x{self.img_size[1]} must be a multiple of "
                 f"{model.max_stride} for this network"
             )
+        self.runner = make_runner(backend, self.model, self.device, self.dtype, self.img_size, say)
 
     @classmethod
     def load(cls, weights: str | Path, cfg: str | Path | None = None, *, device: str | None = "auto",
-             img_size: int | Sequence[int] | None = None, half: bool = False) -> Predictor:
+             img_size: int | Sequence[int] | None = None, half: bool = False, backend: str = "auto",
+             say=_say) -> Predictor:
         """The model that ``--weights`` (and ``--cfg``) name, ready on ``device``: a ``.weights`` file with
         its cfg, a checkpoint that carries its cfg, or a pinned asset name (``yolov3-tiny``)."""
         spec, path = resolve_model(str(cfg) if cfg is not None else None,
                                    str(weights) if weights is not None else None)
         predictor = cls(build_model(spec, path), device=resolve_device(device),
-                        img_size=img_size_pair(img_size), half=half)
+                        img_size=img_size_pair(img_size), half=half, backend=backend, say=say)
         predictor.weights_path = Path(str(path))
         return predictor
 
@@ -212,7 +234,7 @@ class Predictor:
             *(darknet_letterbox(_as_tensor(im).to(self.device), net_w, net_h) for im in images)
         )
         batch = torch.stack(boxed).to(self.dtype)
-        decoded = decode(self.model(batch), self.model.heads)
+        decoded = decode(self.runner(batch), self.model.heads)
         detections = postprocess(
             decoded,
             conf_thres,

@@ -7,6 +7,7 @@ Strides and anchors are fixed at construction (``Darknet.heads``), never set dur
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,6 +159,18 @@ class Darknet(nn.Module):
                 x = module(x)
             outputs.append(x if index in self._keep else None)
         return head_outputs
+
+    def inference_copy(self, channels_last: bool = False) -> Darknet:
+        """A copy for inference only, this network untouched: eval mode, batch norm folded into the
+        convolutions (:meth:`ConvBlock.fold_batchnorm`), in channels_last memory format when asked (the
+        CPU's faster layout for oneDNN)."""
+        folded = copy.deepcopy(self).eval()
+        for module in folded.layers:
+            if isinstance(module, ConvBlock):
+                module.fold_batchnorm()
+        if channels_last:
+            folded.to(memory_format=torch.channels_last)
+        return folded.requires_grad_(False)
 
     # ------------------------------------------------------------------ Darknet .weights as flat arrays
 

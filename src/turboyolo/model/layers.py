@@ -5,11 +5,13 @@ Shapes: feature maps are ``[B, C, H, W]``; a YOLO head's output is ``[B, A, H, W
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from turboyolo.formats.darknet_cfg import ConvSpec, MaxPoolSpec
+from turboyolo.model import darknet_arithmetic
 
 # Darknet normalises with (x - mean) / (sqrt(var) + 1e-6), not sqrt(var + eps): eval mode follows it.
 DARKNET_BN_EPS = 1e-6
@@ -35,10 +37,12 @@ class DarknetBatchNorm2d(nn.BatchNorm2d):
     def __init__(self, num_features: int):
         super().__init__(num_features, eps=1e-5, momentum=DARKNET_BN_MOMENTUM)
         self.darknet_training = False
+        self.darknet_arithmetic = False  # --arithmetic darknet (model/darknet_arithmetic.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and self.darknet_training:
-            out, mean, var = DarknetBatchNormFunction.apply(x, self.weight, self.bias)
+            exact = self.darknet_arithmetic and x.device.type == "cpu" and x.dtype == torch.float32
+            out, mean, var = DarknetBatchNormFunction.apply(x, self.weight, self.bias, exact)
             with torch.no_grad():
                 momentum = self.momentum if self.momentum is not None else DARKNET_BN_MOMENTUM
                 self.running_mean.mul_(1.0 - momentum).add_(mean.to(self.running_mean.dtype), alpha=momentum)
@@ -65,14 +69,18 @@ class DarknetBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        dims = (0, 2, 3)
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, exact: bool = False):
         ctx.input_dtype = x.dtype
         x = x.to(weight.dtype)  # statistics in the parameters' precision (float32) under autocast too
-        mean = x.mean(dims)
+        count = x.numel() // x.shape[1]
+        mean = channel_sums(x) * (1.0 / count)  # mean_cpu: the sum times the float 1/n
         centred = x - mean.view(1, -1, 1, 1)
-        var = centred.square().sum(dims) / max(x.numel() // x.shape[1] - 1, 1)
-        normalised = centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
+        if exact:  # --arithmetic darknet: variance_cpu's double additions, normalize_cpu in double
+            var = darknet_arithmetic.variance(centred)
+            normalised = darknet_arithmetic.normalise(centred, var)
+        else:
+            var = channel_sums(centred.square()) * (1.0 / max(count - 1, 1))
+            normalised = centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
         ctx.save_for_backward(centred, normalised, var, weight)
         ctx.mark_non_differentiable(mean, var)
         out = normalised * weight.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)
@@ -92,7 +100,27 @@ class DarknetBatchNormFunction(torch.autograd.Function):
         var_delta = -0.5 * (delta * centred).sum(dims) / std.pow(3)
         grad_x = (delta / std.view(1, -1, 1, 1) + (2.0 / count) * var_delta.view(1, -1, 1, 1) * centred
                   + (mean_delta / count).view(1, -1, 1, 1))
-        return grad_x.to(ctx.input_dtype), grad_weight, grad_bias
+        return grad_x.to(ctx.input_dtype), grad_weight, grad_bias, None
+
+
+def channel_sums(values: torch.Tensor) -> torch.Tensor:
+    """Per channel, the sum of ``values`` ``[N, C, H, W]`` -> ``[C]``, as Darknet's ``mean_cpu`` and
+    ``variance_cpu`` add: one float32 at a time, image after image, row after row.
+
+    The order matters: on a 128 x 128 map a float32 sum in another order (PyTorch's) is some 1e-5 of a
+    standard deviation away from Darknet's, enough to put a pre-activation that Darknet has just above
+    the leaky ReLU's kink just below it (docs/DARKNET_TRAINING.md). On the CPU, float32 tensors are
+    summed in Darknet's order (numpy's ``cumsum`` is sequential; torch's is not); elsewhere the
+    device's own reduction is used (Darknet's GPU build does not add in this order either).
+    """
+    channels = values.shape[1]
+    if values.device.type != "cpu" or values.dtype != torch.float32:
+        return values.sum((0, 2, 3))
+    flat = values.detach().transpose(0, 1).reshape(channels, -1).numpy()
+    if flat.shape[1] == 0:
+        return values.new_zeros(channels)
+    sums = np.cumsum(flat, axis=1, dtype=np.float32)[:, -1]
+    return torch.from_numpy(np.ascontiguousarray(sums))
 
 
 def activation(name: str) -> nn.Module:
@@ -119,12 +147,33 @@ class ConvBlock(nn.Module):
         )
         self.bn = DarknetBatchNorm2d(spec.filters) if spec.batch_normalize else None
         self.act = activation(spec.activation)
+        self.darknet_arithmetic = False  # --arithmetic darknet: Darknet's float32 operations, forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv(x)
+        exact = self.darknet_arithmetic and x.dtype == torch.float32
+        x = darknet_arithmetic.conv_forward(self.conv, x) if exact else self.conv(x)
         if self.bn is not None:
             x = self.bn(x)
+        if exact and isinstance(self.act, nn.LeakyReLU) and self.act.negative_slope == 0.1:
+            return darknet_arithmetic.DarknetLeakyFunction.apply(x)
         return self.act(x)
+
+    @torch.no_grad()
+    def fold_batchnorm(self) -> None:
+        """Fold the batch norm's inference (Darknet's ``scale = weight / (sqrt(running_var) + 1e-6)``,
+        ``shift = bias - running_mean * scale``) into the convolution, computed in float64: one
+        convolution with a bias instead of convolution, multiply and add. For inference copies only:
+        the block no longer trains or writes Darknet ``.weights`` as before."""
+        if self.bn is None:
+            return
+        bn, conv = self.bn, self.conv
+        scale = bn.weight.double() / (bn.running_var.double().sqrt() + DARKNET_BN_EPS)
+        shift = bn.bias.double() - bn.running_mean.double() * scale
+        folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                           groups=conv.groups, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
+        folded.weight.copy_((conv.weight.double() * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype))
+        folded.bias.copy_(shift.to(conv.weight.dtype))
+        self.conv, self.bn = folded, None
 
 
 class DarknetMaxPool(nn.Module):
@@ -140,8 +189,24 @@ class DarknetMaxPool(nn.Module):
         before = spec.padding // 2
         self.pad = (before, spec.padding - before, before, spec.padding - before)
 
+    def pad_is_read(self, height: int, width: int) -> bool:
+        """Whether a window of the pool reaches into the padding at this input size.
+
+        Darknet's output has ``(side + padding - size) // stride + 1`` positions per side; when nothing is
+        padded before and the last window ends inside the input, the -inf border is never read (YOLOv3-tiny's
+        stride-2 pools on even sides), and pooling the unpadded input gives the same numbers and gradients
+        without the copy.
+        """
+        if self.pad[0] or self.pad[2]:
+            return True
+        for side, padding in ((height, self.pad[3]), (width, self.pad[1])):
+            positions = (side + padding - self.size) // self.stride + 1
+            if (positions - 1) * self.stride + self.size > side:
+                return True
+        return False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if any(self.pad):
+        if any(self.pad) and self.pad_is_read(x.shape[-2], x.shape[-1]):
             x = F.pad(x, self.pad, value=float("-inf"))
         return F.max_pool2d(x, self.size, self.stride)
 

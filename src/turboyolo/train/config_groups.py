@@ -23,6 +23,8 @@ CACHE_CHOICES = ("auto", "none", "ram", "disk")
 AUGMENT_ON_CHOICES = ("auto", "cpu", "device")
 BOX_LOSSES = ("cfg", "darknet", "mse", "iou", "giou", "diou", "ciou")  # turboyolo.train.loss.BOX_LOSSES
 BN_TRAIN_CHOICES = ("torch", "darknet")
+LOADERS = ("turboyolo", "darknet")
+ARITHMETICS = ("torch", "darknet")
 
 
 @dataclass
@@ -140,6 +142,10 @@ class AugmentArgs:
 
     augment: bool = option(True, "augment training images (--no-augment: letterbox only, for debugging)",
                            action=argparse.BooleanOptionalAction)
+    loader: str = option("turboyolo", "how training images are drawn and made: turboyolo (epochs, the "
+                         "options below) or darknet (pjreddie's load_data_detection: random list entries, "
+                         "the cfg's jitter/hue/saturation/exposure as Darknet applies them, a flip with "
+                         "--fliplr; data/darknet_loader.py)", choices=LOADERS)
     multiscale: bool = option(False, "draw the input size per batch from 0.67x..1.5x --img-size",
                               "--multiscale-training", "--multiscale", action="store_true")
     aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
@@ -274,7 +280,8 @@ class RuntimeArgs:
     amp: str = amp_option()
     compile: bool = option(False, "torch.compile the model", action="store_true")
     sync_bn: bool = option(False, "SyncBatchNorm across GPUs under torchrun (CUDA only)", action="store_true")
-    channels_last: bool = option(False, "channels_last memory format", action="store_true")
+    channels_last: bool | None = option(None, "channels_last memory format (default: on for the CPU, off "
+                                        "on CUDA)", action=argparse.BooleanOptionalAction)
     ema: bool = option(True, "evaluate and export an exponential moving average of the weights",
                        action=argparse.BooleanOptionalAction)
     ema_decay: float | None = option(None, "EMA decay, reached after the --ema-ramp (default: fitted to "
@@ -289,6 +296,10 @@ class RuntimeArgs:
     bn_train: str = option("torch", "BatchNorm in training: torch (PyTorch's fused formula) or darknet "
                            "(Darknet's: the unbiased variance, (x - mean) / (sqrt(var) + 1e-6), and its "
                            "hand-written backward; slower; --sync-bn replaces it)", choices=BN_TRAIN_CHOICES)
+    arithmetic: str = option("torch", "the forward pass's float arithmetic: torch (PyTorch's kernels) or "
+                             "darknet (convolution, batch norm and leaky ReLU in the float32 operations of "
+                             "Darknet's CPU code, so ties at the ReLU's kink go as in Darknet; convolutions "
+                             "some 100x slower; model/darknet_arithmetic.py)", choices=ARITHMETICS)
     seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
 
     def check(self) -> None:

@@ -37,7 +37,8 @@ def resolve(config: TrainConfig, spec: ModelSpec) -> TrainConfig:
     aug, loss, runtime = config.augment, config.loss, config.runtime
     from_cfg = {
         "degrees": float(net.angle),
-        "jitter": min(yolo.jitter if yolo is not None else MAX_JITTER, MAX_JITTER),
+        "jitter": yolo.jitter if yolo is not None and aug.loader == "darknet" else  # Darknet's own, uncapped
+        min(yolo.jitter if yolo is not None else MAX_JITTER, MAX_JITTER),
         "hue": float(net.hue),
         "saturation": max(float(net.saturation), 1.0),
         "exposure": max(float(net.exposure), 1.0),

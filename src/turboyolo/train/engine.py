@@ -174,7 +174,8 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
         with _no_sync(state, last_micro):
             with autocast(options):
-                outputs = (state.forward or model)(x)
+                # not `state.forward or model`: bool() of torch.compile's wrapper calls len(), which raises
+                outputs = (model if state.forward is None else state.forward)(x)
             total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]),
                                    no_background=_no_background(state, metas, x.device))
             loss = total / state.images_per_iteration

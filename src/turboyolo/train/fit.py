@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from turboyolo.devices import amp_dtype_for, usable_cpus
+from turboyolo.devices import amp_dtype_for, channels_last_for, usable_cpus
 from turboyolo.errors import OutputError, TrainingInterrupted, printable
 from turboyolo.formats.darknet_cfg import ModelSpec, format_cfg
 from turboyolo.model.loading import (
@@ -183,7 +183,8 @@ def open_session(run: Run, data: RunData, state: TrainState, device: torch.devic
     closing.callback(progress.close)
     closing.callback(_report_broken_files, run, data)
     options = StepOptions(device=device, amp_dtype=amp_dtype_for(device, config.runtime.amp),
-                          clip_norm=config.runtime.clip_norm, channels_last=config.runtime.channels_last,
+                          clip_norm=config.runtime.clip_norm,
+                          channels_last=channels_last_for(device, config.runtime.channels_last),
                           log_interval=config.output.log_interval, say=run.say)
     advice = run.resolved.pipeline.advice or data_wait_advice(
         config.data_args.cache, config.data_args.augment_on, data.train.workers, usable_cpus())

@@ -20,6 +20,7 @@ from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, ScanResult, apply_unreviewed, scan_dataset, write_scan_report
 from turboyolo.train.config import TrainConfig
+from turboyolo.train.darknet_input import darknet_train_loader
 from turboyolo.train.resolve import ResolvedRun
 
 
@@ -77,10 +78,14 @@ def build_loaders(resolved: ResolvedRun, mini_batch: int, rank: int = 0, world_s
                               log=log)
         val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size),
                                   memory=kind, log=log)
-    train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
-                         augment=resolved.augment, workers=workers, shuffle=True, seed=seed,
-                         multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
-                         rank=rank, world_size=world_size, image_weights=weights)
+    if config.augment.loader == "darknet":
+        train = darknet_train_loader(config, resolved.spec, train_scan.samples, mini_batch, rank, world_size,
+                                     log)
+    else:
+        train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
+                             augment=resolved.augment, workers=workers, shuffle=True, seed=seed,
+                             multiscale=multiscale, cache=cache, augment_on=config.data_args.augment_on,
+                             rank=rank, world_size=world_size, image_weights=weights)
     # evaluation is sharded too (rank 0 merges the shards) and leaves out, never replaces, a broken image
     val = build_loader(val_scan.samples, img_size=val_size, batch_size=config.eval.eval_batch,
                        augment=None, workers=workers, shuffle=False, seed=seed, cache=val_cache, rank=rank,

@@ -14,7 +14,7 @@ import torch
 import yaml
 from torch.nn.parallel import DistributedDataParallel
 
-from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.devices import amp_dtype_for, channels_last_for, resolve_device
 from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import (
     ModelSpec,
@@ -306,10 +306,12 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
             module.momentum = runtime.bn_momentum
         if isinstance(module, DarknetBatchNorm2d):
             module.darknet_training = runtime.bn_train == "darknet"
+        if hasattr(module, "darknet_arithmetic"):  # ConvBlock, DarknetBatchNorm2d
+            module.darknet_arithmetic = runtime.arithmetic == "darknet"
     if runtime.sync_bn and env.enabled:
         model = distributed.convert_sync_batchnorm(model, device)
     model.to(device)
-    if runtime.channels_last:
+    if channels_last_for(device, runtime.channels_last):
         model.to(memory_format=torch.channels_last)
     net = spec.net
     say(plan.description)

@@ -1,0 +1,154 @@
+"""What runs the network for detection: PyTorch or onnxruntime, on an inference copy of the model.
+
+Both start from :meth:`Darknet.inference_copy` (batch norm folded into the convolutions; the model
+itself is untouched) and both return what ``Darknet.forward`` returns, the raw heads as torch tensors, so
+decoding and NMS (:mod:`turboyolo.model.postprocess`) are the same code whichever ran the network.
+
+``--backend``:
+
+- ``torch``: the folded copy under ``torch.inference_mode``, channels_last on the CPU (oneDNN's faster
+  layout there);
+- ``onnxruntime``: the folded copy exported by :func:`turboyolo.infer.export.export_onnx` (raw heads, any
+  batch size), run by onnxruntime on the CPU with torch's thread count. The export is kept in
+  ``<cache>/onnx/`` under a hash of the network and its weights, so it is paid once per model;
+- ``auto`` (default): onnxruntime for float32 on the CPU when it is installed (it ran the forward pass
+  1.3-2x faster than PyTorch there, docs/PERFORMANCE.md), else torch; said once when onnxruntime is
+  missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from turboyolo.assets import cache_dir
+from turboyolo.errors import ConfigError, FlagError
+from turboyolo.formats.darknet_cfg import format_cfg
+from turboyolo.infer.export import ExportOptions, export_onnx
+from turboyolo.model.darknet import Darknet
+
+BACKENDS = ("auto", "torch", "onnxruntime")
+_said: set[str] = set()
+
+
+def onnxruntime_missing() -> str | None:
+    """Why the onnxruntime backend cannot run here (a missing package), or ``None``."""
+    for package in ("onnxruntime", "onnx"):
+        try:
+            __import__(package)
+        except ImportError:
+            return f"{package} is not installed (pip install 'turboyolo[onnx]')"
+    return None
+
+
+def choose_backend(name: str, device: torch.device, dtype: torch.dtype, say=print) -> str:
+    """``--backend`` -> ``torch`` or ``onnxruntime`` for this device and precision.
+
+    Raises:
+        FlagError: an unknown name, or ``onnxruntime`` asked for where it cannot run.
+    """
+    if name not in BACKENDS:
+        raise FlagError(f"--backend {name!r}: use one of {', '.join(BACKENDS)}")
+    if name == "torch":
+        return name
+    usable = device.type == "cpu" and dtype == torch.float32
+    missing = onnxruntime_missing()
+    if name == "onnxruntime":
+        if not usable:
+            raise FlagError(f"--backend onnxruntime runs float32 on the CPU; this run asks for {dtype} on "
+                            f"{device}: use --backend torch (or auto), or drop --half / use --device cpu")
+        if missing:
+            raise FlagError(f"--backend onnxruntime: {missing}, or use --backend torch")
+        return name
+    if usable and missing:
+        if "missing" not in _said:
+            _said.add("missing")
+            say(f"detecting with torch: {missing}; onnxruntime runs the network faster on the CPU")
+        return "torch"
+    return "onnxruntime" if usable else "torch"
+
+
+class TorchRunner:
+    """The folded copy of the model under ``inference_mode`` (channels_last on the CPU)."""
+
+    name = "torch"
+
+    def __init__(self, model: Darknet, device: torch.device, dtype: torch.dtype):
+        self.model = model.inference_copy(channels_last=device.type == "cpu").to(device, dtype)
+        self.device, self.dtype = device, dtype
+
+    @torch.inference_mode()
+    def __call__(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        if self.device.type == "cpu":
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return self.model(batch.to(self.dtype))
+
+
+class OnnxRunner:
+    """The folded copy, exported once (cached by content) and run by onnxruntime on the CPU."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model: Darknet, img_size: tuple[int, int], say=print):
+        import onnxruntime
+
+        folded = model.inference_copy().float().cpu()
+        self.path = cached_export(folded, img_size, say)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(self.path), options,
+                                                    providers=["CPUExecutionProvider"])
+        self.heads = len(model.heads)
+
+    def __call__(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        images = np.ascontiguousarray(batch.detach().float().cpu().numpy())
+        return [torch.from_numpy(out) for out in self.session.run(None, {"images": images})]
+
+
+def cached_export(folded: Darknet, img_size: tuple[int, int], say=print) -> Path:
+    """The ONNX file of ``folded`` at ``img_size`` (raw heads, dynamic batch), exported on first use into
+    ``<cache>/onnx/<hash>.onnx``; the hash covers the cfg, every weight, the size and the versions."""
+    digest = hashlib.sha256()
+    for part in (format_cfg(folded.spec), str(img_size), torch.__version__, _version("turboyolo"),
+                 _version("onnx")):
+        digest.update(part.encode())
+    for name, tensor in folded.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    path = cache_dir() / "onnx" / f"{digest.hexdigest()[:32]}.onnx"
+    if path.is_file():
+        return path
+    say(f"exporting the network for onnxruntime into {path} (once per model and input size)")
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.onnx")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        options = ExportOptions(img_size=img_size, dynamic_batch=True, exporter="torchscript")
+        export_onnx(folded, partial, options)
+        os.replace(partial, path)
+    except OSError as err:
+        raise ConfigError(f"--backend onnxruntime: cannot write the exported model to {path.parent} ({err}); "
+                          "set TURBOYOLO_CACHE to a writable folder or use --backend torch") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "?"
+
+
+def make_runner(name: str, model: Darknet, device: torch.device, dtype: torch.dtype,
+                img_size: tuple[int, int], say=print) -> TorchRunner | OnnxRunner:
+    """The runner ``--backend name`` gives on this device (see :func:`choose_backend`)."""
+    if choose_backend(name, device, dtype, say) == "onnxruntime":
+        return OnnxRunner(model, img_size, say)
+    return TorchRunner(model, device, dtype)
