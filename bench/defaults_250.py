@@ -30,7 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
+from turboyolo.formats.yamlfile import parse_yaml
 
 FIELDS = ("date", "machine", "data", "arch", "variant", "seed", "changes", "iterations", "epochs",
           "train_minutes", "wall_minutes", "stop_reason", "best_epoch", "best_416", "best_512", "last_416",
@@ -90,7 +90,7 @@ def parse_pairs(items: list[str]) -> dict:
     out = {}
     for item in items:
         name, _, value = item.partition("=")
-        out[name] = yaml.safe_load(value)
+        out[name] = parse_yaml(value, name)
     return out
 
 

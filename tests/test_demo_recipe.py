@@ -83,7 +83,7 @@ def test_config_file_errors_name_the_file_and_the_key(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(FlagError, match="expected a mapping"):
         read_config(bad)
-    with pytest.raises(FlagError, match="cannot read it"):
+    with pytest.raises(FlagError, match="no such file, and not a packaged recipe"):
         read_config(tmp_path / "missing.yaml")
     bad.write_text("augment: {mosaic: 3}\n")
     with pytest.raises(FlagError, match="--mosaic is a probability"):

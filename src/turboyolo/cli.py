@@ -7,6 +7,7 @@ spelling (``--conf-thres`` = ``--conf_thres``), so PyTorch-YOLOv3 users' command
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -91,6 +92,9 @@ def _tolerant_streams() -> None:
                 pass
 
 
+_REFUSED_WRITES = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.ENOSPC, errno.EDQUOT)
+
+
 def main(argv: list[str] | None = None) -> int:
     _tolerant_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -103,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         result = args.run(args)
     except TurboYoloError as err:
         print(f"turboyolo {args.command}: error: {printable(err)}", file=sys.stderr)
+        return 1
+    except OSError as err:  # a writer without its own check met a folder that refuses files
+        if err.errno not in _REFUSED_WRITES or not err.filename:
+            raise
+        print(f"turboyolo {args.command}: error: cannot write {printable(err.filename)} ({err.strerror}): "
+              "choose another output folder or make this one writable (or free space)", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:  # training says where it saved (TrainingInterrupted)
         detail = f": {printable(err)}" if str(err) else ""

@@ -4,6 +4,11 @@ The CLI prints it without a traceback and exits non-zero. Library code raises it
 can correct (a bad file, a bad flag, missing data); programming errors stay ordinary exceptions.
 """
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
 
 class TurboYoloError(Exception):
     """A problem the user can fix; ``str(err)`` says what and how."""
@@ -39,6 +44,40 @@ class CheckpointError(OutputError):
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during training, after the run saved its exact position; ``str()`` says how to resume."""
+
+
+def writable_folder(folder: str | os.PathLike, flag: str, create: bool = True) -> Path:
+    """``folder`` once it can take files, else an :class:`OutputError` that names it, why (a file where a
+    folder should be, a read-only file system, no permission) and the fix (``flag``: the option that
+    chooses the folder). ``create``: make it when missing; else only check that it could be made (its
+    nearest existing folder takes files), so a command that fails later leaves no empty folder."""
+    folder = Path(folder)
+    fix = f"choose a writable folder with {flag}" if flag else "choose a writable folder"
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise OutputError(f"{printable(folder)}: cannot write there: {printable(blocker)} is a file, not a "
+                          f"folder; {fix}, or move that file")
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            existing = folder
+        except OSError as err:
+            raise OutputError(f"{printable(folder)}: cannot create the folder ({err.strerror or err}); "
+                              f"{fix}, or make its parent writable") from None
+    if not os.access(existing, os.W_OK | os.X_OK):
+        why = "a read-only file system" if _read_only(existing) else "no permission to write"
+        where = "" if existing == folder else f" (in {printable(existing)})"
+        raise OutputError(f"{printable(folder)}: cannot write there{where}: {why}; {fix}, or make it "
+                          "writable")
+    return folder
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def printable(text: object) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import traceback
@@ -109,3 +110,43 @@ def tiny_model(tmp_path_factory):
     checkpoint = folder / "m.pt"
     torch.save({"model": model.state_dict(), "cfg_text": format_cfg(spec)}, checkpoint)
     return cfg, weights, names, checkpoint
+
+
+BIND_READ_ONLY = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+
+
+def _unshare_works(tmp: Path) -> bool:
+    if not shutil.which("unshare"):
+        return False
+    probe = tmp / "probe"
+    probe.mkdir(exist_ok=True)
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", BIND_READ_ONLY + " 2>/dev/null", str(probe), "sh",
+                           "-c", f"! touch {probe}/x"], capture_output=True)
+    return done.returncode == 0 and not (probe / "x").exists()
+
+
+@pytest.fixture
+def read_only(tmp_path, monkeypatch):
+    """``read_only(folder, *args) -> Run``: ``turboyolo args`` in a fresh process while ``folder`` cannot
+    be written (what a read-only mount does), with the test's cache and offline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONIOENCODING", "LC_", "PYTHONUTF8"))}
+    env.update(PYTHONPATH=str(SRC), LANG="C.UTF-8", LC_ALL="C.UTF-8", OMP_NUM_THREADS="1",
+               TURBOYOLO_CACHE=str(tmp_path / "cache"), TURBOYOLO_OFFLINE="1")
+    bind = _unshare_works(tmp_path)
+    if not bind and os.geteuid() == 0:
+        pytest.skip("root writes into chmod-ed folders and unshare cannot bind a folder read-only here")
+
+    def run(folder: Path, *args, cache: Path | None = None) -> Run:
+        command = [sys.executable, "-m", "turboyolo", *map(str, args)]
+        environment = {**env, **({"TURBOYOLO_CACHE": str(cache)} if cache else {})}
+        if bind:
+            command = ["unshare", "-rm", "sh", "-c", BIND_READ_ONLY, str(folder), *command]
+        else:
+            folder.chmod(0o555)
+        try:
+            done = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, timeout=300)
+        finally:
+            folder.chmod(0o755)
+        return Run(done.returncode, (done.stdout + done.stderr).decode("utf-8", "backslashreplace"))
+
+    return run

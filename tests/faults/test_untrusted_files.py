@@ -5,7 +5,6 @@ says what the file is and never passes on PyTorch's advice to load it with ``wei
 from __future__ import annotations
 
 import hashlib
-import time
 
 import torch
 
@@ -64,9 +63,14 @@ def test_resume_of_a_plain_state_dict_says_use_weights(tmp_path, cli, tiny_model
     assert f"use --weights {plain}" in run.output
 
 
-def test_truncated_weights_for_transfer_say_truncated_fast(tmp_path, cli, tiny_model):
+def test_truncated_weights_for_transfer_say_truncated_fast(tmp_path, cli, tiny_model, monkeypatch):
     from turboyolo.formats.darknet_cfg import write_cfg
-    from turboyolo.model.zoo import make_spec
+    from turboyolo.model import loading
+    from turboyolo.model.zoo import ARCHITECTURES, make_spec
+
+    layouts = []  # the work, counted rather than timed (timings belong in bench/)
+    real_layout = loading._layout
+    monkeypatch.setattr(loading, "_layout", lambda spec: layouts.append(spec) or real_layout(spec))
 
     _, weights, _, _ = tiny_model
     data = weights.read_bytes()
@@ -74,11 +78,10 @@ def test_truncated_weights_for_transfer_say_truncated_fast(tmp_path, cli, tiny_m
     cut.write_bytes(data[: (len(data) * 2 // 3) // 4 * 4])  # a whole number of floats: no easy tell
     one_class = write_cfg(make_spec("yolov3-tiny", num_classes=1, width=64, height=64, batch=2,
                                     subdivisions=1), tmp_path / "one.cfg")  # another class count: transfer
-    start = time.perf_counter()
     run = cli("train", "--cfg", one_class, "--weights", cut, "--data", _data_yaml(tmp_path / "set"),
               "--device", "cpu", "--project", tmp_path / "r", "--epochs", 1, "--workers", 0)
-    seconds = time.perf_counter() - start
     run.assert_clean(1)
     assert f"{cut}: truncated" in run.output and "nearest layer boundary" in run.output, run.output
     assert "another architecture" not in run.output
-    assert seconds < 30, seconds  # was 70-100 s: a search over 1000 class counts
+    # a few layouts (this cfg's, and two per known network), not a search over 1000 class counts
+    assert len(layouts) <= 3 + 2 * len(ARCHITECTURES), len(layouts)

@@ -102,11 +102,11 @@ def test_folder_walk_and_globs_end_on_link_loops(tmp_path, monkeypatch):
     (root / "a" / ".hidden" / "h.jpg").write_bytes(b"h")
     notes: list[str] = []
     found = [root / "a" / ".hidden" / "h.jpg", root / "a" / "b" / "y.png", root / "a" / "x.jpg"]
-    assert _within(10, list_images, root, notes) == found  # hidden folders too, as rglob did
+    assert _within(120, list_images, root, notes) == found  # hidden folders too, as rglob did
     assert len(notes) == 2 and all("not followed again" in n for n in notes)
     assert any("self" in n for n in notes) and any("up" in n for n in notes)
     assert sorted(walk_files(root)) == found
-    assert _within(10, glob_files, str(root / "**" / "*.jpg")) == [root / "a" / "x.jpg"]  # not hidden ones
+    assert _within(120, glob_files, str(root / "**" / "*.jpg")) == [root / "a" / "x.jpg"]  # not hidden ones
     assert glob_files(str(root / "a" / "*")) == [root / "a" / "x.jpg"]
     monkeypatch.chdir(root)
     assert glob_files("**/*.png") == [Path("a/b/y.png")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.errors import FlagError, printable
+from turboyolo.errors import FlagError, printable, writable_folder
 from turboyolo.formats.convert import convert_labels
 
 SHOWN = 50  # skipped entries listed one by one
@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
             raise FlagError(f"--map {item!r}: expected FROM=TO")
         key, value = item.split("=", 1)
         mapping[key] = value
+    writable_folder(args.out, "--out", create=False)
     report = convert_labels(args.source, args.out, format=args.format, names_file=args.names, mapping=mapping,
                             overwrite=args.overwrite)
     print(f"convert: {report.summary()} -> {args.out}")

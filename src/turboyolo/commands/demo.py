@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from turboyolo import assets
 from turboyolo.data.trees import build_trees
+from turboyolo.formats.yamlfile import read_yaml
 from turboyolo.infer.detect import DetectOutputArgs, DetectRequest, run_detect
 from turboyolo.infer.predict import PredictArgs
 from turboyolo.rundir import next_run_dir
@@ -101,7 +101,7 @@ def _print_curve(run_dir: Path) -> None:
 
 
 def _saved_config(run_dir: Path) -> dict:
-    return yaml.safe_load((run_dir / "config.yaml").read_text())
+    return read_yaml(run_dir / "config.yaml")
 
 
 def _evaluate_and_detect(run_dir: Path, trees_dir: Path, project: Path) -> None:

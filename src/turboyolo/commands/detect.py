@@ -12,6 +12,7 @@ import sys
 from turboyolo.cli import add_model_flags
 from turboyolo.errors import printable
 from turboyolo.infer.detect import GROUPS, DetectRequest, run_detect
+from turboyolo.infer.video import is_stream, is_video_file
 from turboyolo.options import add_flags, read_flags, refuse_flag
 
 
@@ -37,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {printable(note)}", file=sys.stderr)
     if report.skipped:
         listed = printable(report.out_dir / "skipped.txt")
-        print(f"{len(report.skipped)} unreadable images skipped (listed in {listed}):", file=sys.stderr)
+        videos = sum(is_video_file(path) or is_stream(path) for path, _ in report.skipped)
+        what = "images" if not videos else "videos" if videos == len(report.skipped) else "images and videos"
+        print(f"{len(report.skipped)} unreadable {what} skipped (listed in {listed}):", file=sys.stderr)
         for path, reason in report.skipped:
             print(f"  {printable(path)}: {printable(reason)}", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from turboyolo import assets
 from turboyolo.data.trees import build_trees
+from turboyolo.errors import writable_folder
 
 DATASETS = ("trees",)
 
@@ -20,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     if args.name in DATASETS:
 
         dest = Path(args.dest) if args.dest else assets.cache_dir() / "datasets" / args.name
+        writable_folder(dest.absolute().parent, "--dest" if args.dest else "TURBOYOLO_CACHE", create=False)
         path = build_trees(dest)
     else:
         path = assets.fetch(args.name)

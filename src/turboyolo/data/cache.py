@@ -14,6 +14,7 @@ same cache at once end with one valid cache that both use (the second waits, the
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import mmap
@@ -33,12 +34,14 @@ import numpy as np
 from turboyolo.assets import cache_dir
 from turboyolo.data.decode import decode_image, probe_image, target_size
 from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset
-from turboyolo.errors import DataError, OutputError, printable
+from turboyolo.errors import DataError, OutputError, printable, writable_folder
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.rundir import same_file
 
 CACHE_VERSION = 1
 HEADROOM = 0.9  # use at most this fraction of the free RAM / disk
+# A folder that refuses writes (a read-only mount, no permission): its valid cache is used as it is.
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @dataclass
@@ -248,23 +251,33 @@ def _layout_problem(entries: list[CacheEntry], samples: Sequence[Sample], size: 
 
 
 @contextmanager
-def _building(root: Path, log) -> Iterator[None]:
+def _building(root: Path, log) -> Iterator[str]:
     """Held while the cache at ``root`` is opened, repaired or built (a lock file beside it): a second
-    process preparing the same cache waits, then opens the cache the first one built."""
+    process preparing the same cache waits, then opens the cache the first one built. Yields '' , or why
+    the folder cannot be written (read-only, no permission): then no lock is taken, and the cache can
+    only be used as it is."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no lock
-        yield
+        yield ""
         return
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "a+b") as handle:
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(root.parent / f".{root.name}.lock", "a+b")  # noqa: SIM115 - closed below
+    except OSError as err:
+        if err.errno not in READ_ONLY_ERRNOS:
+            writable_folder(root.parent, "--out (turboyolo prepare) or TURBOYOLO_CACHE")  # names a file
+            raise
+        yield err.strerror or str(err)
+        return
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log(f"prepared cache {root}: another process is preparing it; waiting for it")
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            yield ""
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -330,8 +343,13 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
         return _build(samples, size, None, "ram", workers, log)
     if root is None:
         raise DataError("a disk cache needs a folder (default_cache_root gives one)")
-    with _building(root, log):
+    with _building(root, log) as unwritable:
         cache, why = PreparedCache.open(root, samples, size, verify=verify)
+        if unwritable and (cache is None or cache.damaged):
+            problem = why if cache is None else f"{len(cache.damaged)} image(s) fail their checksums"
+            raise DataError(f"prepared cache {root}: {problem}, and its folder cannot be written "
+                            f"({unwritable}) to build or repair it: make the folder writable, or give a "
+                            "writable one (TURBOYOLO_CACHE, `turboyolo prepare --out`), or use --cache ram")
         if cache is None:
             if why != "no cache yet":
                 log(f"warning: prepared cache {root}: {why}; rebuilding it from the source images")
@@ -343,7 +361,8 @@ def prepare_cache(samples: Sequence[Sample], size: int, root: Path | None = None
                 f"match their checksums (damaged on disk); decoding them again from the source images: "
                 f"{named}{more}")
             cache.repair()
-        log(f"prepared cache {root}: {len(cache)} images, {human_bytes(cache.nbytes)}, valid")
+        read_only = f" (its folder is read-only: {unwritable}; used as it is)" if unwritable else ""
+        log(f"prepared cache {root}: {len(cache)} images, {human_bytes(cache.nbytes)}, valid{read_only}")
         return cache
 
 

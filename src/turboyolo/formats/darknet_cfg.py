@@ -16,6 +16,7 @@ yolov4-csp and yolov7-tiny cfgs. Keys fall in four groups:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -240,6 +241,8 @@ QUIET_KEYS = {
     "route": {"stream", "wait_stream"},
     "yolo": {"label_smooth_eps"},  # the trainer's --label-smoothing default (train/defaults.py)
 }
+MIN_SIDE, MAX_SIDE = 32, 16384  # [net] width / height in pixels: below, no detection head has a cell
+
 UNSUPPORTED_SECTIONS_HINT = (
     "supported: [net], [convolutional], [maxpool], [upsample], [route], [shortcut], [yolo]"
 )
@@ -263,9 +266,13 @@ class _Section:
             return default
         raw, line = self.values.pop(key)
         try:
-            return convert(raw)
-        except (ValueError, TypeError) as err:
+            value = convert(raw)
+        except (ValueError, TypeError, OverflowError) as err:
             raise ConfigError(f"{self.path}:{line}: `{key}={raw}` is not a valid value ({err})") from err
+        if any(isinstance(v, float) and not math.isfinite(v) for v in
+               (value if isinstance(value, tuple) else (value,))):
+            raise ConfigError(f"{self.path}:{line}: `{key}={raw}` is not a finite number; fix it")
+        return value
 
     def leftovers(self, warned: set[str]) -> tuple[tuple[str, str], ...]:
         for key in self.values:
@@ -301,6 +308,13 @@ def _int(text: str) -> int:
     if value != int(value):
         raise ValueError("expected an integer")
     return int(value)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -376,10 +390,20 @@ def _net(sec: _Section, warned: set[str]) -> NetSpec:
         raise ConfigError(f"{sec.where('steps')}: {len(kw['steps'])} steps but {len(kw['scales'])} scales")
     if kw.get("subdivisions", 1) < 1 or kw.get("batch", 1) < 1:
         raise ConfigError(f"{sec.where()}: batch and subdivisions must be >= 1")
+    for side in ("width", "height"):
+        if not MIN_SIDE <= kw.get(side, MIN_SIDE) <= MAX_SIDE:
+            raise ConfigError(f"{sec.where()}: {side}={kw[side]} is outside {MIN_SIDE}..{MAX_SIDE} pixels")
+    for key in ("max_batches", "learning_rate", "burn_in", "momentum", "decay"):
+        if kw.get(key, 0) < 0:
+            raise ConfigError(f"{sec.where(key)}: {key}={kw[key]} must be >= 0")
     return NetSpec(**kw, extra=sec.leftovers(warned), line=sec.line)
 
 
 def _conv(sec: _Section, warned: set[str]) -> ConvSpec:
+    for key in ("size", "stride", "filters"):
+        raw = sec.values.get(key, ("1", 0))[0]
+        if _number(raw) is not None and _number(raw) < 1:
+            raise ConfigError(f"{sec.where(key)}: {key}={raw} must be >= 1")
     size = sec.take("size", _int, 1)
     pad_flag = sec.take("pad", _bool, False)
     padding = sec.take("padding", _int, 0)

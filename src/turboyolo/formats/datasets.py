@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-import yaml
-
 from turboyolo.errors import ConfigError, DataError
 from turboyolo.formats.text import read_text
+from turboyolo.formats.yamlfile import read_yaml, typed
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -112,8 +111,13 @@ def _parse_darknet_data(path: Path) -> DataConfig:
     for key in ("train", "valid"):
         if key not in values:
             raise ConfigError(f"{path}: missing `{key} = <list file>`; add it")
+    for key in ("train", "valid", "names"):
+        if key in values and not values[key]:  # an empty path would be the .data file's own folder
+            raise ConfigError(f"{path}: `{key} =` has no value; give the {key} file")
     names = read_names(resolve(values["names"], base)) if "names" in values else None
-    if names is not None and "classes" in values and int(values["classes"]) != len(names):
+    count = _class_count(values["classes"], f"{path}: classes = {values['classes']}") if (
+        "classes" in values) else None
+    if names is not None and count is not None and count != len(names):
         raise ConfigError(f"{path}: classes = {values['classes']} but the names file has {len(names)} "
                           "lines; make them agree")
     extra = {k: v for k, v in values.items() if k not in ("train", "valid", "names")}
@@ -127,35 +131,63 @@ def _yaml_sources(value: object, root: Path, path: Path, key: str) -> list[Path]
     items = value if isinstance(value, list) else [value]
     if not all(isinstance(v, str) for v in items):
         raise ConfigError(f"{path}: `{key}` must be a path or a list of paths")
+    if not all(v.strip() for v in items):  # an empty path would be the whole data set folder
+        raise ConfigError(f"{path}: `{key}` holds an empty path; give the {key} images folder or list file")
     return [resolve(v, root) for v in items]
 
 
-def _parse_yaml(path: Path) -> DataConfig:
+def _class_count(value: object, where: str) -> int:
+    """A class count (``classes`` of a .data, ``nc`` of a data.yaml): a whole number >= 1."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8"
-                          ) from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err}); fix the file") from None
+        count = int(str(value).strip()) if isinstance(value, str) else typed(value, "int", "")
+    except (ValueError, ConfigError):
+        raise ConfigError(f"{where}: the class count must be a whole number (e.g. 2); fix it") from None
+    if count < 1:
+        raise ConfigError(f"{where}: the class count must be at least 1; fix it")
+    return count
+
+
+def _yaml_names(value: object, root: Path, path: Path) -> list[str] | None:
+    """``names`` of a data.yaml: a list, a mapping ``id: name`` (ids 0..N-1) or a names file."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return read_names(resolve(value, root, path.parent))
+    if isinstance(value, dict):
+        ids = {}
+        for key in value:
+            number = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+            try:
+                ids[typed(number, "int", "")] = key
+            except ConfigError:
+                raise ConfigError(f"{path}: `names` id {key!r} is not a class index; write 0: name, "
+                                  "1: name, ...") from None
+        if sorted(ids) != list(range(len(ids))):
+            raise ConfigError(f"{path}: `names` ids must be 0..{len(ids) - 1} without gaps")
+        items = [value[ids[k]] for k in sorted(ids)]
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise ConfigError(f"{path}: `names` must be a list of class names, a mapping 0: name, ... or a "
+                          f"names file, not {value!r}")
+    bad = [(index, item) for index, item in enumerate(items) if item is None or isinstance(item, dict | list)]
+    if bad:
+        raise ConfigError(f"{path}: `names` entry {bad[0][0]} is {bad[0][1]!r}, not a class name; fix it")
+    return [str(item) for item in items]
+
+
+def _parse_yaml(path: Path) -> DataConfig:
+    doc = read_yaml(path) or {}
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping with path/train/val/names")
+    if doc.get("path") is not None and not isinstance(doc["path"], str):
+        raise ConfigError(f"{path}: `path` must be a folder, not {doc['path']!r}")
     root = Path(doc["path"]) if doc.get("path") else path.parent
     if not root.is_absolute():
         root = resolve(root, path.parent)
-    names_value = doc.get("names")
-    if isinstance(names_value, dict):
-        keys = sorted(int(k) for k in names_value)
-        if keys != list(range(len(keys))):
-            raise ConfigError(f"{path}: `names` ids must be 0..{len(keys) - 1} without gaps")
-        names = [str(names_value[k]) for k in keys]
-    elif isinstance(names_value, list):
-        names = [str(n) for n in names_value]
-    elif isinstance(names_value, str):
-        names = read_names(resolve(names_value, root, path.parent))
-    else:
-        names = None
-    if names is not None and "nc" in doc and int(doc["nc"]) != len(names):
+    names = _yaml_names(doc.get("names"), root, path)
+    count = _class_count(doc["nc"], f"{path}: nc: {doc['nc']!r}") if "nc" in doc else None
+    if names is not None and count is not None and count != len(names):
         raise ConfigError(f"{path}: nc = {doc['nc']} but names has {len(names)} entries; make them agree")
     if "train" not in doc:
         raise ConfigError(f"{path}: missing `train:`; add the training images folder or list file")
@@ -465,6 +497,9 @@ def split_sources(data: str | Path, split: str) -> list[Path]:
                 )
         else:
             items = value if isinstance(value, list) else [value]
+            if not all(isinstance(v, str) and v.strip() for v in items):  # '' would be the whole data set
+                raise ConfigError(f"{data}: `unlabeled` must be an image folder or list file (or a list of "
+                                  f"them), not {value!r}")
             sources = [resolve(str(v), config.root) for v in items]
     else:
         sources = config.split(split)

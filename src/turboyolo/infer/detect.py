@@ -276,6 +276,7 @@ def _detect_video(source: str, rel: Path, predictor: Predictor, request: DetectR
     sink = VideoSink(writer.video_path(source, rel), info.fps / stride) if writer.draw else None
     total = (info.frames + stride - 1) // stride if info.frames else None
     progress = tqdm(total=total, desc=rel.name, unit="frame", disable=request.quiet, file=sys.stderr)
+    last = -1  # the index of the last frame read
     try:
         for batch in _batches(read_frames(capture, stride), request.predict.batch_size):
             predictions = predictor.run([frame for _, frame in batch], request.predict, wanted,
@@ -284,13 +285,27 @@ def _detect_video(source: str, rel: Path, predictor: Predictor, request: DetectR
                 writer.write(Path(source), rel, frame, prediction, frame=index, sink=sink)
                 report.frames += 1
                 report.detections += len(prediction.scores)
+                last = index
             progress.update(len(batch))
     finally:
         capture.release()
         progress.close()
         if sink is not None:
             sink.close()
-    report.videos.append(str(sink.path) if sink is not None else source)
+    _note_short_video(source, last, stride, info.frames, report)
+    if last >= 0:
+        report.videos.append(str(sink.path) if sink is not None else source)
+
+
+def _note_short_video(source: str, last: int, stride: int, frames: int, report: DetectReport) -> None:
+    """A video that ends before the frame count its header gives (cut short, damaged) is named: skipped
+    when no frame could be read, else a note "ended at frame N of M"."""
+    if last < 0:
+        said = f" (its header says {frames} frames)" if frames else ""
+        report.skipped.append((source, f"no frame could be read{said}; the file is damaged or empty"))
+    elif frames and last + stride < frames:
+        report.notes.append(f"{source}: the video ended at frame {last + 1} of {frames} (cut short or "
+                            "damaged); the frames after it were not read")
 
 
 def _to_full_resolution(prediction: Prediction, decoded_hw, orig_hw) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from turboyolo.data.autolabels import record_model_labels
 from turboyolo.data.decode import load_image, save_image
 from turboyolo.draw import draw_boxes
-from turboyolo.errors import printable
+from turboyolo.errors import OutputError, printable, writable_folder
 from turboyolo.formats.datasets import SPLITS, label_path_for, load_data_config, split_folders, split_images
 from turboyolo.formats.labels import boxes_to_yolo_rows, write_names, write_yolo_labels
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
@@ -118,6 +118,7 @@ def run_label(request: LabelRequest) -> LabelReport:
                                half=args.half, backend=args.backend)
     names = load_data_config(request.data).names or [str(k) for k in range(predictor.model.num_classes)]
     classes = class_indices(args.class_filter, names)
+    _check_label_folders(images, request.label.overwrite)
     if request.out_dir is None:  # its contact sheet inside the image folder would become an image
         check_outside(Path(request.run_dir.project or "runs/label") / request.run_dir.name,
                       split_folders(request.data, request.label.split), "--project")
@@ -128,6 +129,19 @@ def run_label(request: LabelRequest) -> LabelReport:
     written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg", out_dir / "classes.names")
     record_outputs(out_dir, [path for path in written if path.exists()])
     return LabelReport(out_dir, rows)
+
+
+def _check_label_folders(images: list[Path], overwrite: bool) -> None:
+    """The label folders ``label`` would write into take files (said before the model runs and before
+    the run directory is made)."""
+    folders = {label_path_for(image).parent for image in images
+               if overwrite or not label_path_for(image).exists()}
+    for folder in sorted(folders):
+        try:
+            writable_folder(folder, "", create=False)
+        except OutputError as err:
+            raise OutputError(f"{err} (label writes each image's labels beside it, in the data set's "
+                              "labels folder: copy the data set somewhere writable)") from None
 
 
 def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, label: LabelArgs, out_dir: Path,

@@ -7,6 +7,7 @@ pickled class, a function) is refused with what it is, never with advice to load
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import warnings
@@ -25,7 +26,7 @@ from turboyolo.formats.darknet_weights import (
     write_weights,
 )
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.zoo import make_spec, with_classes
+from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_classes
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # What --resume reads from a checkpoint (turboyolo.train.checkpoint writes these and more), with their types.
@@ -55,7 +56,17 @@ def load_darknet_weights(model: Darknet, path: str | Path, cutoff: int | None = 
     """Load a ``.weights`` file; a ``.conv.N`` name (or ``cutoff``) loads only the first N layers."""
     header, flat = read_weights(path)
     cutoff = cutoff if cutoff is not None else cutoff_from_name(path)
-    model.load_flat_weights(flat, cutoff=cutoff, source=str(path))
+    try:
+        model.load_flat_weights(flat, cutoff=cutoff, source=str(path))
+    except WeightsError as err:
+        known = known_network(flat.size) if cutoff is None else None
+        if known is None:
+            raise
+        need = sum(t.numel() for _, tensors in model.darknet_tensors() for t in tensors)
+        raise WeightsError(f"{path}: these are the weights of another network: a complete {known[0]} with "
+                           f"{known[1]} classes ({flat.size} floats), not of this cfg (it needs {need}). "
+                           f"Check that the .cfg (classes, filters) matches the weights: these fit `--cfg "
+                           f"{known[0]}` with {known[1]} classes") from err
     return header
 
 
@@ -269,6 +280,12 @@ def _size_mismatch(spec: ModelSpec, own, floats: int, path, leftover: int, one: 
         where = (f"; with this cfg it ends {floats - done} floats into layer {inside}, the nearest layer "
                  f"boundary before that being {boundary}")
     odd = f" and {leftover} stray bytes" if leftover else ""
+    known = None if leftover else known_network(floats)
+    if known is not None:
+        name, classes = known
+        return (f"{path}: these are the weights of another network: a complete {name} with {classes} "
+                f"classes ({floats} floats), not of this cfg ({one} floats for 1 class, {per_class} more per "
+                f"class); pass the matching cfg (`--cfg {name}`) or weights made for this cfg")
     if leftover or floats < before_heads:
         return (f"{path}: truncated: it holds {floats} floats{odd}, but this cfg's layers before its first "
                 f"detection head alone need {before_heads}{where}. The download was cut short or the file "
@@ -276,6 +293,25 @@ def _size_mismatch(spec: ModelSpec, own, floats: int, path, leftover: int, one: 
     return (f"{path}: {floats} floats fit this cfg for no class count ({one} for 1 class, {per_class} "
             f"more per class){where}: the file is truncated or holds another architecture's weights; "
             "check the file and the .cfg")
+
+
+def known_network(floats: int) -> tuple[str, int] | None:
+    """(architecture, class count) of the canonical network of :data:`ARCHITECTURES` whose ``.weights``
+    hold exactly ``floats`` values, else None: names what a file is when it fits another network."""
+    for name, one, per_class in _network_sizes():
+        if floats >= one and per_class > 0 and (floats - one) % per_class == 0:
+            return name, 1 + (floats - one) // per_class
+    return None
+
+
+@functools.cache
+def _network_sizes() -> tuple[tuple[str, int, int], ...]:
+    """(architecture, floats for 1 class, floats per further class) of each of :data:`ARCHITECTURES`."""
+    sizes = []
+    for name in ARCHITECTURES:
+        one = sum(n for _, n in _layout(make_spec(name, 1)))
+        sizes.append((name, one, sum(n for _, n in _layout(make_spec(name, 2))) - one))
+    return tuple(sizes)
 
 
 def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) -> Darknet:
@@ -289,18 +325,21 @@ def build_model(cfg: str | Path | ModelSpec, weights: str | Path | None = None) 
             f"{weights}: no such weights file; `turboyolo fetch yolov3-tiny` gets the official tiny weights"
         )
     if is_checkpoint(weights):
-        state = checkpoint_model_state(read_checkpoint(weights), path=weights)
+        checkpoint = read_checkpoint(weights)
+        state = checkpoint_model_state(checkpoint, path=weights)
+        own = (" (the checkpoint carries the network it was trained as: drop --cfg to use that)"
+               if isinstance(checkpoint.get("cfg_text"), str) else "")
         try:
             missing, unexpected = model.load_state_dict(state, strict=False)
         except RuntimeError as err:  # same names, other shapes: another class count or architecture
             lines = [line.strip() for line in str(err).splitlines() if "size mismatch" in line]
             first = lines[0] if lines else str(err)
             raise WeightsError(f"{weights}: tensor shapes do not match the cfg; check classes/filters "
-                               f"({first})") from None
+                               f"({first}){own}") from None
         if missing or unexpected:
             raise WeightsError(
                 f"{weights}: does not match the cfg ({len(missing)} missing, {len(unexpected)} "
-                f"unexpected tensors, e.g. {(missing or unexpected)[0]})"
+                f"unexpected tensors, e.g. {(missing or unexpected)[0]}){own}"
             )
     else:
         load_darknet_weights(model, weights)

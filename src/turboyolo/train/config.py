@@ -16,9 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from turboyolo.errors import FlagError
+from turboyolo.errors import FlagError, TurboYoloError
+from turboyolo.formats.yamlfile import read_yaml, typed
 from turboyolo.model.zoo import ARCHITECTURES
 from turboyolo.options import add_flags as add_group_flags
 from turboyolo.train.config_groups import (  # noqa: F401  (re-exported: the groups' one import path)
@@ -106,6 +105,7 @@ class TrainConfig:
             base.pop(key, None)
         hyp_values = read_hyp(hyp) if hyp else {}
         base, hyp_values, options = renamed(base), renamed(hyp_values), renamed(options)
+        options = checked(options, "")  # the Python API's keywords (the flags' types are argparse's)
         for name, value in {**base, **hyp_values, **options}.items():
             group = OPTION_GROUP.get(name)
             if group is None:
@@ -131,8 +131,9 @@ class TrainConfig:
                          inputs["hyp"], base=base, **values)
 
     @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        """From :meth:`as_dict` output, or the flat dict of a turboyolo 0.1 checkpoint."""
+    def from_dict(cls, values: dict, source: str = "") -> TrainConfig:
+        """From :meth:`as_dict` output, or the flat dict of a turboyolo 0.1 checkpoint; ``source`` (the
+        checkpoint) is named when a value has the wrong type or range."""
         flat: dict[str, Any] = {}
         for key, value in values.items():
             if key in GROUPS and isinstance(value, dict):
@@ -151,6 +152,8 @@ class TrainConfig:
         given = tuple(RENAMED.get(name, name) for name in flat.pop("given", ()) or ())
         from_file = tuple(RENAMED.get(name, name) for name in flat.pop("from_file", ()) or ())
         options = {key: value for key, value in flat.items() if key in OPTION_GROUP}
+        if source:
+            checked({**options, **{key: value for key, value in inputs.items() if value is not None}}, source)
         config = cls.build(inputs["cfg"] or "", inputs["data"] or "", inputs["weights"], inputs["resume"],
                            **options)  # the stored values, not the --hyp file again (it may be gone)
         config.given, config.from_file, config.hyp = given, from_file, inputs["hyp"]
@@ -169,6 +172,7 @@ class TrainConfig:
         Returns the merged config and leaves ``passed.given`` options outside :data:`RESUMABLE` to the
         caller to report as ignored.
         """
+        refuse_new_inputs(self, passed)
         merged = TrainConfig.from_dict(self.as_dict())
         for name in passed.given:
             if name in RESUMABLE:
@@ -230,10 +234,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists() and str(path) in RECIPES:
         path = RECIPES[str(path)]
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise FlagError(f"--config {path}: cannot read it ({err})") from None
+    if not path.exists():
+        raise FlagError(f"--config {path}: no such file, and not a packaged recipe; the packaged recipes: "
+                        f"{', '.join(RECIPES)} (or give a run's config.yaml or a recipe file)")
+    loaded = read_yaml(path, "--config")
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -257,6 +261,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
             if beside.exists():
                 flat[key] = str(beside)
     flat.pop("resume", None)
+    flat = checked(flat, f"--config {path}")
     return {key: tuple(value) if isinstance(value, list) else value for key, value in flat.items()}
 
 
@@ -264,10 +269,7 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
     """The option values of a ``--hyp`` YAML file: flat (``mosaic: 0.5``) or grouped as in a run's
     ``config.yaml`` (``augment: {mosaic: 0.5}``, ``loss: {...}``; a whole ``config.yaml`` works, its
     other sections are not read); keys are :data:`HYP_OPTIONS`."""
-    try:
-        loaded = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise FlagError(f"--hyp {path}: cannot read it ({err})") from None
+    loaded = read_yaml(path, "--hyp")
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -284,7 +286,68 @@ def read_hyp(path: str | Path) -> dict[str, Any]:
     if unknown:
         raise FlagError(f"--hyp {path}: unknown key(s) {', '.join(map(str, unknown))}; the keys are the "
                         f"augmentation and loss options: {', '.join(HYP_OPTIONS)}")
+    flat = checked(flat, f"--hyp {path}")
     return {key: tuple(value) if isinstance(value, list) else value for key, value in flat.items()}
+
+
+def refuse_new_inputs(saved: TrainConfig, passed: TrainConfig) -> None:
+    """``--resume`` continues the run's own network, weights and data: a ``--cfg``, ``--weights``,
+    ``--data`` or ``--hyp`` other than the run's is refused (never silently dropped)."""
+    for key in ("weights", "cfg", "data", "hyp"):  # --weights NAME alone also sets cfg: name --weights
+        mine, given = getattr(saved, key), getattr(passed, key)
+        if given and given != mine and not (mine and _same_file(mine, given)):
+            raise FlagError(
+                f"--resume {passed.resume} continues its run as it was set up (--{key} {mine or 'none'}); "
+                f"--{key} {given} cannot change it: drop --{key} to continue, or start a new run from these "
+                f"weights: `turboyolo train --config <run>/config.yaml --weights {passed.resume} "
+                f"--{key} {given}`")
+
+
+def _same_file(first: str, second: str) -> bool:
+    try:
+        return Path(first).resolve() == Path(second).resolve()
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- values from files: typed and in range
+# Each option's declared type (the field's annotation); a --config / --hyp file, a checkpoint's config and
+# the Python API's keywords are held to it, and to the option's range, with the file and the key named.
+OPTION_TYPES = {f.name: str(f.type) for kind in GROUPS.values() for f in fields(kind)}
+OPTION_TYPES.update(dict.fromkeys(INPUTS, "str | None"))
+
+
+def _flag(name: str) -> str:
+    """The option ``name`` as its flag and keyword (``--time-limit / time_limit_min``)."""
+    kind = GROUPS.get(OPTION_GROUP.get(name, ""))
+    flags = next((f.metadata.get("flags") for f in fields(kind) if f.name == name), ()) if kind else ()
+    flag = next((f for f in flags if f.startswith("--")), "--" + name.replace("_", "-"))
+    return f"{flag} ({name})"
+
+
+def checked(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """``values`` (flat option names) in their declared types (:func:`turboyolo.formats.yamlfile.typed`)
+    and ranges (each group's ``check``); ``anchors`` may be a YAML list of numbers (or of pairs).
+
+    Raises:
+        ConfigError (a wrong type), FlagError (out of range): naming ``source`` (the file; empty for
+            keywords and flags) and the key.
+    """
+    out = {}
+    for key, value in values.items():
+        if key == "anchors" and isinstance(value, list | tuple):
+            items = [v for item in value for v in (item if isinstance(item, list | tuple) else [item])]
+            value = ",".join(f"{typed(v, 'float', key, source):g}" for v in items)
+        out[key] = typed(value, OPTION_TYPES.get(key, "?"), key if source else _flag(key), source)
+    for group, kind in GROUPS.items():
+        mine = {key: value for key, value in out.items() if OPTION_GROUP.get(key) == group}
+        try:
+            kind(**mine).check()  # the group's range checks, on this source's values alone
+        except TurboYoloError as err:  # the same kind of error, the file named
+            if not source:
+                raise
+            raise type(err)(f"{source}: {err}") from None
+    return out
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

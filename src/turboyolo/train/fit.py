@@ -120,6 +120,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                     stop_at_iteration, broadcast=env.enabled and config.schedule.time_limit_min > 0,
                     patience=config.schedule.patience, planned_iterations=run.planned_iterations(),
                     distributed_run=env.enabled)
+    if run.resume_state is not None and stop.reason(state, 0.0) not in (None, INTERRUPTED):
+        return finished_already(run, state, stop.reason(state, 0.0))
     try:
         with contextlib.ExitStack() as closing:  # closed in reverse order, however the loop ends
             session = open_session(run, data, state, device, stop, closing)
@@ -151,6 +153,17 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     result = session.result
     return FitResult(run.run_dir, result.as_dict() if result is not None else {}, state.best_fitness,
                      state.iteration, state.epoch, session.train_seconds / 60.0, reason or "")
+
+
+def finished_already(run: Run, state: TrainState, reason: str) -> FitResult:
+    """``--resume`` of a run that has reached its end: say so and leave its files as they are."""
+    schedule = run.config.schedule
+    end = (f"its {run.max_iterations} iterations (--max-batches)" if reason == "max_batches" else
+           f"its {schedule.epochs} epochs (--epochs)")
+    run.say(f"--resume {run.config.resume}: the run is finished: it trained {end} and stopped at "
+            f"iteration {state.iteration}, epoch {state.epoch}; nothing to train, its weights stay as they "
+            "are. To train it longer, resume with a larger --epochs (or --max-batches)")
+    return FitResult(run.run_dir, {}, state.best_fitness, state.iteration, state.epoch, 0.0, "finished")
 
 
 def open_session(run: Run, data: RunData, state: TrainState, device: torch.device, stop: StopRule,
@@ -338,7 +351,7 @@ def report_evaluation(result: EvalResult, state: TrainState, verbose: bool, name
     if not finished:  # e.g. "time limit at iteration 7 (epoch 2 unfinished)"
         why = (reason or "stop").replace("_", " ")
         where = f"{why} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
-    say(f"{where}: mAP@0.5 {result.map50:.4f}  mAP@0.5:0.95 {result.map50_95:.4f}  {result.summary()}  "
+    say(f"{where}: {result.headline()}  {result.summary()}  "
         f"{train_seconds / 60:.2f} min")
     if verbose:
         say(result.table(names))

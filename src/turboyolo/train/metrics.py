@@ -79,8 +79,22 @@ class EvalResult:
             "best_f1_conf": self.best_conf,
         }
 
+    @property
+    def measured(self) -> bool:
+        """False when the split holds no ground-truth box: then no AP, P or R was measured (they read 0)."""
+        return sum(self.gt_per_class) > 0
+
+    def headline(self) -> str:
+        """The two mAPs, or that the split has no ground truth to measure them on."""
+        if not self.measured:
+            return (f"no ground truth in the split (0 boxes in {self.num_images} images): mAP not measured, "
+                    f"{self.num_detections} detections cannot be scored")
+        return f"mAP@0.5 {self.map50:.4f}  mAP@0.5:0.95 {self.map50_95:.4f}"
+
     def summary(self) -> str:
         """One line: P / R / F1 at ``conf_thres`` and the best F1 with its confidence and P / R there."""
+        if not self.measured:
+            return "P, R and F1 not measured (no ground truth)"
         return (
             f"P {self.precision:.3f} R {self.recall:.3f} F1 {self.f1:.3f} at conf {self.conf_thres:g}; "
             f"best F1 {self.best_f1:.3f} at conf {self.best_conf:.3f} "
@@ -116,10 +130,9 @@ class EvalResult:
             else:
                 cells = "  ".join(f"{'-':>7}" for _ in header[3:])
             lines.append(f"{row['class']:<{width}}  {row['images']:>7}  {row['boxes']:>7}  {cells}")
-        lines.append(
-            f"{'all':<{width}}  {self.num_images:>7}  {sum(self.gt_per_class):>7}  {self.precision:7.3f}  "
-            f"{self.recall:7.3f}  {self.map50:7.3f}  {self.map50_95:7.3f}"
-        )
+        overall = (f"{self.precision:7.3f}  {self.recall:7.3f}  {self.map50:7.3f}  {self.map50_95:7.3f}"
+                   if self.measured else "  ".join(f"{'-':>7}" for _ in header[3:]))
+        lines.append(f"{'all':<{width}}  {self.num_images:>7}  {sum(self.gt_per_class):>7}  {overall}")
         lines.append(f"{self.summary()} ({self.num_detections} detections on {self.num_images} images)")
         return "\n".join(lines)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,7 @@ import yaml
 from torch.nn.parallel import DistributedDataParallel
 
 from turboyolo.devices import amp_dtype_for, channels_last_for, resolve_device
-from turboyolo.errors import FlagError
+from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import (
     ModelSpec,
     format_cfg,
@@ -47,7 +47,7 @@ from turboyolo.train.facts import auto_pipeline, step_memory
 from turboyolo.train.loaders import RunData, build_loaders
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
-from turboyolo.train.plan import Plan, legacy_plan, make_plan, refit
+from turboyolo.train.plan import Plan, describe, legacy_plan, make_plan, refit
 from turboyolo.train.resolve import ResolvedRun, resolve_options
 
 
@@ -113,7 +113,7 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     resume_state, made_here = None, False
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
-        saved = TrainConfig.from_dict(resume_state["config"])
+        saved = TrainConfig.from_dict(resume_state["config"], source=f"{config.resume} (its config)")
         ignored = [name for name in config.given if name not in RESUMABLE + RESUME_OUTPUT]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
@@ -261,14 +261,19 @@ def _plan(run: Run) -> Plan:
     net, config = run.spec.net, run.config
     if run.resume_state is not None:
         saved = run.resume_state.get("plan")
-        plan = (Plan.from_dict(saved) if saved else
-                legacy_plan(config, net, run.planned_iterations(), run.planned_epochs()))
+        try:
+            plan = (Plan.from_dict(saved) if saved else
+                    legacy_plan(config, net, run.planned_iterations(), run.planned_epochs()))
+        except (TypeError, KeyError, ValueError, AttributeError) as err:
+            raise WeightsError(f"{config.resume}: damaged checkpoint: its plan cannot be read ({err!r}); "
+                               "resume from another checkpoint, or --weights it into a new run") from None
         planned = run.planned_iterations()
         if plan.iterations != planned and config.optim.lr_schedule == "fitted":
             iteration = int(run.resume_state.get("iteration", 0))
             before = lr_at(plan.schedule, iteration + 1)
             started = plan.iterations
             plan = refit(plan, planned, run.planned_epochs())
+            plan = replace(plan, description=describe(plan, config, net, run.iterations_per_epoch()))
             after = lr_at(plan.schedule, iteration + 1)
             run.say(f"note: --resume with a new length: the run now plans {planned} iterations (it was "
                     f"started for {started}); the fitted decay now ends at iteration {planned}, so the rate "

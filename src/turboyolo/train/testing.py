@@ -90,8 +90,7 @@ class TestReport:
 
     def summary(self) -> str:
         """The per-class table, then the two mAPs."""
-        return (f"{self.result.table(self.names)}\n"
-                f"mAP@0.5 {self.result.map50:.4f}  mAP@0.5:0.95 {self.result.map50_95:.4f}")
+        return f"{self.result.table(self.names)}\n{self.result.headline()}"
 
 
 def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None) -> TestReport:
