@@ -61,9 +61,9 @@ def _poison_loss(monkeypatch, iterations: set[int], value: float = float("nan"))
     """The objectness term (and so the loss) becomes ``value`` on these 1-based calls of the loss."""
     original, calls = YoloLoss.__call__, [0]
 
-    def call(self, outputs, targets, size):
+    def call(self, outputs, targets, size, **kwargs):
         calls[0] += 1
-        total, terms = original(self, outputs, targets, size)
+        total, terms = original(self, outputs, targets, size, **kwargs)
         if calls[0] in iterations:
             terms = terms.clone()
             terms[1] = value
