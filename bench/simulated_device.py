@@ -24,15 +24,17 @@ Usage:
     .venv/bin/python bench/simulated_device.py [--images 96] [--batch 8] [--epochs 8] \\
         [--setting 'old defaults=--cache none --augment-on cpu' ...] [--json out.json]
 
-Default settings: ``old defaults`` (``--cache none --augment-on cpu``), ``cache, CPU augmentation``
-(``--cache ram --augment-on cpu``) and ``hand-tuned`` (``--cache ram --augment-on device``). An
-automatic choice is one more ``--setting`` whose flags are the ones that choice makes
-(``--setting 'auto=--cache ram --augment-on device --workers 1'``).
+Default settings: ``auto`` (what ``turboyolo train`` chooses with no flags on a CUDA device stepping
+at S: the start-of-run measurement on a sample of these images, this machine's cores, RAM and disk,
+``train.auto.choose_pipeline``; its lines are printed), ``old defaults`` (``--cache none --augment-on
+cpu``), ``cache, CPU augmentation`` (``--cache ram --augment-on cpu``) and ``hand-tuned`` (``--cache ram
+--augment-on device``). ``--setting 'NAME=auto'`` asks for the automatic choice under another name.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -43,9 +45,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from turboyolo.data.augment import AugmentParams
-from turboyolo.data.cache import prepare_cache
+from turboyolo.data.cache import default_cache_root, estimate_bytes, prepare_cache
+from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.devices import usable_cpus
@@ -53,10 +57,13 @@ from turboyolo.doctor.measure import forward_flops
 from turboyolo.doctor.verdict import assumed_step_s
 from turboyolo.formats.labels import write_yolo_labels
 from turboyolo.model.zoo import make_spec
+from turboyolo.train.auto import choose_pipeline
+from turboyolo.train.facts import machine_facts, measure_costs
 
 PHOTOS = Path("/usr/share/backgrounds")
 GPU_MACHINE_CORES = 16  # the H100 machine's CPU cores
-DEFAULT_SETTINGS = ("old defaults=--cache none --augment-on cpu",
+DEFAULT_SETTINGS = ("auto=auto",
+                    "old defaults=--cache none --augment-on cpu",
                     "cache, CPU augmentation=--cache ram --augment-on cpu",
                     "hand-tuned=--cache ram --augment-on device")
 # turboyolo train's default augmentation for the stock yolov3.cfg ([net] angle 0, saturation/exposure
@@ -83,15 +90,34 @@ def make_photo_set(root: Path, count: int, photos: Path = PHOTOS) -> Path:
     return root / "images"
 
 
-def parse_setting(text: str) -> tuple[str, dict]:
-    """``'NAME=--cache ram --augment-on device [--workers N]'`` -> (NAME, build_loader settings)."""
+def parse_setting(text: str) -> tuple[str, dict | None]:
+    """``'NAME=--cache ram --augment-on device [--workers N]'`` -> (NAME, build_loader settings);
+    ``'NAME=auto'`` -> (NAME, None): the automatic choice."""
     name, _, flags = text.partition("=")
+    if flags.strip() == "auto":
+        return name.strip(), None
     parser = argparse.ArgumentParser(prog=f"--setting {name}", add_help=False)
     parser.add_argument("--cache", choices=("none", "ram"), default="none")
     parser.add_argument("--augment-on", choices=("cpu", "device"), default="cpu")
     parser.add_argument("--workers", type=int, default=None)
     values = parser.parse_args(shlex.split(flags))
     return name.strip(), vars(values)
+
+
+def auto_setting(samples, images: Path, args, step_s: float) -> dict:
+    """What ``turboyolo train`` chooses with every pipeline flag left at ``auto``, for a CUDA step of
+    ``step_s`` per batch: the same start-of-run measurement and rule (``train.facts``, ``train.auto``)."""
+    costs = measure_costs(samples, args.img_size, args.batch, AUGMENT)
+    machine = dataclasses.replace(machine_facts(torch.device("cpu"), default_cache_root(images, "train",
+                                                                                      args.img_size)),
+                                  device="cuda")
+    choice = choose_pipeline({"cache": ("auto", "default"), "augment_on": ("auto", "default"),
+                              "workers": (None, "default")}, costs, machine, step_s / args.batch,
+                             estimate_bytes(samples, args.img_size), device_augment_unsupported(AUGMENT))
+    for line in choice.lines():
+        print(f"[auto] {line}", flush=True)
+    return {"cache": choice.cache, "augment_on": choice.augment_on, "workers": choice.workers,
+            "predicted_data_wait": choice.data_wait}
 
 
 def step_seconds(img_size: int, batch: int, cores: int) -> tuple[float, float]:
@@ -162,12 +188,13 @@ def run_setting(samples, setting: dict, args, step_s: float) -> dict:
 
 
 def table(rows: dict, target_rate: float) -> str:
-    lines = [f"| setting | workers | cache build | data-wait, epoch 1 | data-wait after epoch 1 (of it: "
-             f"epoch starts) | images/s after epoch 1 (the step takes {target_rate:.0f}) | loader CPU "
-             f"ms per image | images/s per idle core |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| setting | flags | predicted data-wait | cache build | data-wait, epoch 1 | data-wait after "
+             f"epoch 1 (of it: epoch starts) | images/s after epoch 1 (the step takes {target_rate:.0f}) | "
+             f"loader CPU ms per image | images/s per idle core |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
-        lines.append(f"| {name} | {r['workers']} | {r['cache_build_s']:.1f} s | "
+        predicted = "-" if r.get("predicted_data_wait") is None else f"{100 * r['predicted_data_wait']:.1f}%"
+        lines.append(f"| {name} | `{r['flags']}` | {predicted} | {r['cache_build_s']:.1f} s | "
                      f"{100 * r['first_epoch_wait']:.1f}% | **{100 * r['data_wait']:.1f}%** "
                      f"({100 * r['epoch_start_wait']:.1f}%) | {r['images_per_s']:.1f} | "
                      + (f"{cpu:.2f} | {1000 / cpu:,.0f} |" if (cpu := r["cpu_ms_per_image"])
@@ -201,7 +228,14 @@ def main() -> int:
         samples = scan_dataset(images, "train").samples
         for text in args.setting or DEFAULT_SETTINGS:
             name, setting = parse_setting(text)
+            predicted = None
+            if setting is None:
+                setting = auto_setting(samples, images, args, step_s)
+                predicted = setting.pop("predicted_data_wait")
             rows[name] = run_setting(samples, setting, args, step_s)
+            rows[name]["flags"] = (f"--cache {setting['cache']} --augment-on {setting['augment_on']} "
+                                   f"--workers {rows[name]['workers']}")
+            rows[name]["predicted_data_wait"] = predicted
             summary = {k: v for k, v in rows[name].items() if k != "epochs"}
             print(f"[{name}] " + json.dumps(summary), flush=True)
     print(table(rows, target))

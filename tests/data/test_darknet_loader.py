@@ -212,3 +212,28 @@ def test_same_numbers_give_darknets_input(tmp_path, libc, size, net, params, exa
             np.testing.assert_allclose(boxes[:, 1:], truth[:, :4], atol=1e-6)
             assert np.array_equal(boxes[:, 0], truth[:, 4])
     assert flips == {True, False}
+
+
+def test_an_image_listed_twice_is_drawn_twice_as_often(tmp_path):
+    """Darknet draws list entries: a.png listed twice and b.png once -> a drawn 2/3 of the time. The scan
+    keeps one sample per image (and names the second entry); `list_entries` gives the darknet loader the
+    list as written."""
+    from turboyolo.data.scan import label_path_for, scan_dataset
+
+    a, b = _image(tmp_path / "a", 64, 64, symmetric=True), _image(tmp_path / "b", 64, 64, symmetric=True)
+    for image in (a, b):
+        label_path_for(image).parent.mkdir(parents=True, exist_ok=True)
+        label_path_for(image).write_text("0 0.5 0.5 0.25 0.25\n")
+    (tmp_path / "train.txt").write_text(f"{a}\n{b}\n{a}\n")
+    listing = tmp_path / "train.txt"
+    (tmp_path / "t.data").write_text(f"classes=1\ntrain={listing}\nvalid={listing}\n")
+    scan = scan_dataset(tmp_path / "t.data", "train", names=["x"], use_cache=False)
+    assert [s.image for s in scan.samples] == [a, b]
+    assert any("listed twice" in reason for _, reason in scan.excluded)
+    entries = scan.list_entries()
+    assert [s.image for s in entries] == [a, a, b]
+    sampler = DarknetBatchSampler(len(entries), 4, 1, (64, 64))
+    drawn = [entries[key[0]].image for epoch in range(300) for batch in _epoch(sampler, epoch)
+             for key in batch]
+    share = drawn.count(a) / len(drawn)
+    assert abs(share - 2 / 3) < 0.05, share  # 900 draws: 0.05 is over 3 standard deviations

@@ -95,6 +95,12 @@ class ScanResult:
     human: int = 0  # the other label files (drawn or edited by a person, or from elsewhere)
     unreviewed: list[str] = field(default_factory=list)  # images whose labels are model-made, unreviewed
     unreviewed_rule: str = ""  # what the split did with them (`turboyolo train --unreviewed`), when not kept
+    listed_again: dict[str, int] = field(default_factory=dict)  # image -> further entries of it in the list
+
+    def list_entries(self) -> list[Sample]:
+        """The samples as the list names them, an image listed k times k times (Darknet's draw is over
+        list entries: ``--loader darknet``)."""
+        return [s for s in self.samples for _ in range(1 + self.listed_again.get(str(s.image), 0))]
     bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
     source: str = ""
@@ -337,7 +343,9 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
     label_owner: dict[str, Path] = {}
     for image in images:
         if str(image) in seen:
-            result.excluded.append((str(image), "listed twice (second entry ignored)"))
+            result.excluded.append((str(image), "listed twice (second entry ignored; --loader darknet draws "
+                                                 "it as often as it is listed)"))
+            result.listed_again[str(image)] = result.listed_again.get(str(image), 0) + 1
             continue
         seen.add(str(image))
         owner = label_owner.setdefault(str(entries[str(image)].key[2]), image)

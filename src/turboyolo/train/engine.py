@@ -146,7 +146,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         stats: the epoch's running sums (filled here; :meth:`EpochStats.summary` at the end).
     """
     stats = stats if stats is not None else EpochStats(options.device)
-    model, optimizer, loss_fn = state.model, state.optimizer, state.loss_fn
+    model, optimizer = state.model, state.optimizer
     model.train()
     for module in state.frozen:
         module.eval()
@@ -169,21 +169,9 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         if micro == 0:
             set_lr(optimizer, lr_at(state.schedule, state.iteration + 1))
             norms.save()
-        x = move_to_device(images, options.device, channels_last=options.channels_last)
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
-        with _no_sync(state, last_micro):
-            with autocast(options):
-                # not `state.forward or model`: bool() of torch.compile's wrapper calls len(), which raises
-                outputs = (model if state.forward is None else state.forward)(x)
-            total, terms = loss_fn(outputs, targets, tuple(x.shape[2:]),
-                                   no_background=_no_background(state, metas, x.device))
-            loss = total / state.images_per_iteration
-            if state.scaler is not None:
-                state.scaler.scale(loss).backward()
-            else:
-                loss.backward()
-        step_terms += terms.detach()
+        step_terms += _forward_backward(state, options, images, targets, metas, last_micro)
         step_images += images.shape[0]
         state.seen += images.shape[0]
         state.epoch_batches += 1
@@ -213,6 +201,24 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
                "lr": optimizer.param_groups[0]["lr"],
                "images_per_s": (state.seen - epoch_start_images) / elapsed,
                "data_wait": stats.wait_s / elapsed}
+
+
+def _forward_backward(state: TrainState, options: StepOptions, images: torch.Tensor, targets: torch.Tensor,
+                      metas, last_micro: bool) -> torch.Tensor:
+    """One mini-batch's forward, loss and backward (gradients added to the iteration's); its loss terms."""
+    x = move_to_device(images, options.device, channels_last=options.channels_last)
+    with _no_sync(state, last_micro):
+        with autocast(options):
+            # not `state.forward or model`: bool() of torch.compile's wrapper calls len(), which raises
+            outputs = (state.model if state.forward is None else state.forward)(x)
+        total, terms = state.loss_fn(outputs, targets, tuple(x.shape[2:]),
+                                     no_background=_no_background(state, metas, x.device))
+        loss = total / state.images_per_iteration
+        if state.scaler is not None:
+            state.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+    return terms.detach()
 
 
 class BatchNormState:
