@@ -156,20 +156,40 @@ def darknet_input(tmp_path, path, net, params, seed):
         return data["x"].reshape(3, net[1], net[0]).transpose(1, 2, 0), truth[truth[:, 2] > 0]
 
 
-class GlibcDraws(Draws):
-    """Darknet's own random numbers: ``rand()`` of the C library libdarknet uses."""
+class GlibcRand:
+    """glibc's ``rand()`` after ``srand(seed)`` (its TYPE_3 additive generator: x[i] = x[i-31] + x[i-3] mod
+    2^32, output x[i] >> 1, after 310 discarded), computed here: the C library's own state is shared by
+    every thread of the test process, so a call from anywhere else would shift the sequence."""
 
-    def __init__(self, libc):
-        self.libc = libc
+    def __init__(self, seed: int):
+        state = [seed or 1]
+        for _ in range(1, 31):
+            state.append(16807 * state[-1] % 2147483647)
+        state += state[:3]
+        for _ in range(34, 344):
+            state.append((state[-31] + state[-3]) & 0xFFFFFFFF)
+        self.state = state[-34:]
+
+    def __call__(self) -> int:
+        value = (self.state[-31] + self.state[-3]) & 0xFFFFFFFF
+        self.state = self.state[1:] + [value]
+        return value >> 1
+
+
+class GlibcDraws(Draws):
+    """Darknet's own random numbers: ``rand()`` of the C library libdarknet uses, after ``srand(seed)``."""
+
+    def __init__(self, rand: GlibcRand):
+        self.rand = rand
 
     def unit(self) -> float:
-        return float(F32(F32(self.libc.rand()) / F32(2147483647)))  # (float)rand() / RAND_MAX
+        return float(F32(F32(self.rand()) / F32(2147483647)))  # (float)rand() / RAND_MAX
 
     def coin(self) -> bool:
-        return bool(self.libc.rand() % 2)
+        return bool(self.rand() % 2)
 
     def index(self, n: int) -> int:
-        return self.libc.rand() % n
+        return self.rand() % n
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +199,14 @@ def libc():
     lib = ctypes.CDLL(ctypes.util.find_library("c"))
     lib.rand.restype = ctypes.c_int
     return lib
+
+
+def test_glibc_rand_is_the_c_librarys(libc):
+    for seed in (0, 1, 6, 12345):
+        libc.srand(seed)
+        expected = [libc.rand() for _ in range(400)]
+        ours = GlibcRand(seed)
+        assert [ours() for _ in range(400)] == expected
 
 
 @pytest.mark.darknet
@@ -199,9 +227,9 @@ def test_same_numbers_give_darknets_input(tmp_path, libc, size, net, params, exa
     flips = set()
     for seed in range(1, 7):
         theirs, truth = darknet_input(tmp_path, path, net, params, seed)
-        libc.srand(seed)
-        libc.rand()  # get_random_paths: one draw per image
-        ours, boxes, placement = darknet_sample(image, labels, net, params, GlibcDraws(libc))
+        rand = GlibcRand(seed)
+        rand()  # get_random_paths: one draw per image
+        ours, boxes, placement = darknet_sample(image, labels, net, params, GlibcDraws(rand))
         flips.add(placement.flip)
         if exact:
             assert np.array_equal(ours, theirs), f"seed {seed}"
