@@ -158,3 +158,20 @@ def test_metas_survive_pinning_and_pickling(samples):
     assert len(again) == 3 and [m.path for m in again] == [m.path for m in metas]
     assert again[1].replaced == ("a", "b") and again[0].replaced is None and again[-1].orig_hw == (10, 20)
     np.testing.assert_array_equal(again[2].matrix, np.eye(2, 3))
+
+
+def test_a_worker_sends_small_tensors_in_the_pickle_and_large_ones_through_shared_memory():
+    """Small tensors (targets, affine and colour numbers) travel as bytes: a shared-memory handle costs the
+    main process a socket round trip and a mapping each. Values and dtypes arrive unchanged."""
+    import pickle
+
+    from turboyolo.data.loader import _rebuild_small, _reduce_tensor_from_worker
+
+    small = torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1:]  # a strided view
+    rebuild, args = _reduce_tensor_from_worker(small)
+    assert rebuild is _rebuild_small
+    back = rebuild(*pickle.loads(pickle.dumps(args)))
+    assert back.dtype == small.dtype and torch.equal(back, small)
+    for tensor in (torch.zeros(1 << 20, dtype=torch.uint8), torch.zeros(3, dtype=torch.bfloat16),
+                   torch.zeros(3, requires_grad=True)):
+        assert _reduce_tensor_from_worker(tensor)[0] is not _rebuild_small
