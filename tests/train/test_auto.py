@@ -64,6 +64,18 @@ def test_device_augmentation_only_where_the_device_path_does_the_same_augmentati
     assert choose(machine=cpu_device, step_s=1e-4).augment_on == "cpu"  # the step's own cores
 
 
+def test_a_cpu_path_that_only_just_keeps_up_goes_to_the_device():
+    """The CPU augmentation supplies 1.5x the step's demand: predicted 0% wait, but without the workers'
+    margin (2x) it waits in practice (the simulated device measured 10% where 0% was predicted): on a GPU
+    the device path is chosen; with the step on the CPU nothing changes."""
+    step = PHOTOS.warm_s * 1.5  # seconds per image: one worker (2 cores) supplies 1.5x what the step takes
+    assert predict(PHOTOS, "ram", "cpu", 1, 2, step)[0] == 0
+    assert choose(step_s=step).augment_on == "device"
+    assert choose(step_s=PHOTOS.warm_s * 2.01).augment_on == "cpu"  # fed with the margin
+    cpu_machine = Machine(2, 64 * GIB, 500 * GIB, device="cpu")
+    assert choose(machine=cpu_machine, step_s=step).augment_on == "cpu"
+
+
 def test_data_only_on_disk_chooses_the_disk_cache():
     machine = Machine(16, free_ram=8 * GIB, free_disk=500 * GIB, device="cuda", cache_folder="/c")
     choice = choose(machine=machine, cache_bytes=20 * GIB)

@@ -22,7 +22,8 @@ Rules (each explicit flag wins over its rule):
 - ``--augment-on``: ``device`` only when the step runs on an accelerator, the images are cached, the
   device path does the same augmentation as the CPU path
   (:func:`turboyolo.data.device_loader.device_augment_unsupported` is None), and the CPU path would
-  make the step wait; else ``cpu``. ``auto`` never changes what is learned.
+  make the step wait, or would keep it fed with less than the workers' margin (twice the step's
+  demand); else ``cpu``. ``auto`` never changes what is learned.
 - ``--workers``: enough to feed the step twice over, at most the usable cores - 1 (at most 16).
 """
 
@@ -227,7 +228,10 @@ def choose_pipeline(requested: dict[str, tuple[object, str]], costs: ImageCosts,
 def _choose_augment_on(costs: ImageCosts, machine: Machine, cache: str, workers: int, step_s: float,
                        device_step_s: float, unsupported: str | None) -> tuple[str, str]:
     cpu_wait, _ = predict(costs, cache, "cpu", workers, machine.cores, step_s)
-    if cpu_wait <= DATA_WAIT_TARGET:
+    # with the workers' margin: a CPU path that only just keeps up waits in practice (measured on a sample,
+    # and each epoch's first batches wait for the loader to start)
+    margin_wait, _ = predict(costs, cache, "cpu", workers, machine.cores, step_s / WORKER_MARGIN)
+    if margin_wait <= DATA_WAIT_TARGET or (cpu_wait <= DATA_WAIT_TARGET and machine.device == "cpu"):
         return "cpu", f"the loader's CPU augmentation keeps the step fed (data-wait {100 * cpu_wait:.0f}%)"
     if machine.device == "cpu":
         return "cpu", "the step runs on the CPU: augmenting there too would only share its cores"
@@ -238,9 +242,16 @@ def _choose_augment_on(costs: ImageCosts, machine: Machine, cache: str, workers:
         return "cpu", (f"the device path would not do this run's augmentation ({why}), and auto never "
                        "changes what is learned")
     device_wait, _ = predict(costs, cache, "device", workers, machine.cores, device_step_s)
-    if device_wait >= cpu_wait:
+    device_margin_wait, _ = predict(costs, cache, "device", workers, machine.cores,
+                                    device_step_s / WORKER_MARGIN)
+    if (device_wait, device_margin_wait) >= (cpu_wait, margin_wait):
         return "cpu", (f"device augmentation would not help (data-wait {100 * device_wait:.0f}% against "
                        f"{100 * cpu_wait:.0f}%)")
+    if cpu_wait <= DATA_WAIT_TARGET:
+        return "device", (f"the CPU augmentation keeps the step fed only just (data-wait "
+                          f"{100 * cpu_wait:.0f}%; {100 * margin_wait:.0f}% at twice the step's pace); on "
+                          f"the device the loader only copies cached images (data-wait {100 * device_wait:.0f}%, "
+                          f"{100 * device_margin_wait:.0f}%), the same augmentation")
     return "device", (f"the CPU augmentation makes the step wait {100 * cpu_wait:.0f}%; on the device the "
                       f"loader only copies cached images (data-wait {100 * device_wait:.0f}%), the same "
                       "augmentation")
