@@ -251,7 +251,8 @@ def _choose_augment_on(costs: ImageCosts, machine: Machine, cache: str, workers:
         return "device", (f"the CPU augmentation keeps the step fed only just (data-wait "
                           f"{100 * cpu_wait:.0f}%; {100 * margin_wait:.0f}% at twice the step's pace); on "
                           f"the device the loader only copies cached images (data-wait "
-                          f"{100 * device_wait:.0f}%, {100 * device_margin_wait:.0f}%), the same augmentation")
+                          f"{100 * device_wait:.0f}%, {100 * device_margin_wait:.0f}%), the same "
+                          "augmentation")
     return "device", (f"the CPU augmentation makes the step wait {100 * cpu_wait:.0f}%; on the device the "
                       f"loader only copies cached images (data-wait {100 * device_wait:.0f}%), the same "
                       "augmentation")
