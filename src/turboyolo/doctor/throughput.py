@@ -120,8 +120,8 @@ def run_bench(
                                   workers=workers, shuffle=True, cache=cache if row.warm else None,
                                   augment_on=row.where)
             m = measure_loader(loader, images)
-            # decodes of every batch delivered: the measured ones and the warm-up batch before them
-            decodes = sum(loader.decoded.values()) / (m.images + min(batch_size, len(samples)))
+            # decodes of every batch delivered: the measured ones and those before them
+            decodes = sum(loader.decoded.values()) / (m.images + m.untimed_images)
             del loader
             results[row.key] = m
             label = ("warm: " if row.warm else "cold: ") + row.label
