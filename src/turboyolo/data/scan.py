@@ -96,11 +96,6 @@ class ScanResult:
     unreviewed: list[str] = field(default_factory=list)  # images whose labels are model-made, unreviewed
     unreviewed_rule: str = ""  # what the split did with them (`turboyolo train --unreviewed`), when not kept
     listed_again: dict[str, int] = field(default_factory=dict)  # image -> further entries of it in the list
-
-    def list_entries(self) -> list[Sample]:
-        """The samples as the list names them, an image listed k times k times (Darknet's draw is over
-        list entries: ``--loader darknet``)."""
-        return [s for s in self.samples for _ in range(1 + self.listed_again.get(str(s.image), 0))]
     bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
     source: str = ""
@@ -109,6 +104,11 @@ class ScanResult:
     @property
     def labelled(self) -> int:
         return len(self.samples) - self.background
+
+    def list_entries(self) -> list[Sample]:
+        """The samples as the list names them, an image listed k times k times (Darknet's draw is over
+        list entries: ``--loader darknet``)."""
+        return [s for s in self.samples for _ in range(1 + self.listed_again.get(str(s.image), 0))]
 
     @property
     def num_boxes(self) -> int:
