@@ -129,6 +129,26 @@ def peak_rates(seconds: float = 2.0) -> dict[str, float]:
     return rates
 
 
+def step_state(model, spec, batch: int, variant: str):
+    """(turboyolo's training state for ``model``, whether it is channels-last): SGD from the cfg, the loss,
+    EMA; channels-last unless ``variant`` names ``nchw``, compiled when it names ``compile``."""
+    import torch
+
+    from turboyolo.train.engine import TrainState
+    from turboyolo.train.loss import YoloLoss
+    from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+
+    channels_last = "nchw" not in variant
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    state = TrainState(model=model, optimizer=build_optimizer(model, spec.net),
+                       schedule=Schedule.from_net(spec.net), loss_fn=YoloLoss(model.heads),
+                       images_per_iteration=batch, subdivisions=1, ema=ModelEMA(model))
+    if "compile" in variant:
+        state.forward = torch.compile(model)
+    return state, channels_last
+
+
 def ours_worker(size: int, batch: int, steps: int, warmup: int, variant: str) -> dict:
     """turboyolo's real training step (train_one_epoch) on one in-memory batch, with the CLI's defaults on
     the CPU (channels_last, huge pages); variant ``nchw`` turns channels_last off."""
@@ -138,9 +158,7 @@ def ours_worker(size: int, batch: int, steps: int, warmup: int, variant: str) ->
 
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.zoo import make_spec
-    from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
-    from turboyolo.train.loss import YoloLoss
-    from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+    from turboyolo.train.engine import StepOptions, train_one_epoch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -155,14 +173,7 @@ def ours_worker(size: int, batch: int, steps: int, warmup: int, variant: str) ->
         sum(out.sum() for out in outputs).backward()
     model.zero_grad(set_to_none=True)
     train_gflops = counter.get_total_flops() / 1e9
-    channels_last = "nchw" not in variant
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-    state = TrainState(model=model, optimizer=build_optimizer(model, spec.net),
-                       schedule=Schedule.from_net(spec.net), loss_fn=YoloLoss(model.heads),
-                       images_per_iteration=batch, subdivisions=1, ema=ModelEMA(model))
-    if "compile" in variant:
-        state.forward = torch.compile(model)
+    state, channels_last = step_state(model, spec, batch, variant)
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=gen)
     batches = [(images, targets_for(batch), None)] * (warmup + steps)
@@ -327,9 +338,7 @@ def gpu_section(seconds: float = 8.0) -> dict:
 
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.zoo import make_spec
-    from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
-    from turboyolo.train.loss import YoloLoss
-    from turboyolo.train.optim import ModelEMA, Schedule, build_optimizer
+    from turboyolo.train.engine import StepOptions, train_one_epoch
 
     cuda = torch.cuda.is_available()
     device, size, batch = (torch.device("cuda"), 416, 32) if cuda else (torch.device("cpu"), 64, 2)
@@ -354,14 +363,7 @@ def gpu_section(seconds: float = 8.0) -> dict:
     for variant in ("nchw", "channels_last", "channels_last+compile")[: 3 if cuda else 2]:
         torch.manual_seed(0)
         model = Darknet(spec).to(device)
-        channels_last = variant != "nchw"
-        if channels_last:
-            model.to(memory_format=torch.channels_last)
-        state = TrainState(model=model, optimizer=build_optimizer(model, spec.net),
-                           schedule=Schedule.from_net(spec.net), loss_fn=YoloLoss(model.heads),
-                           images_per_iteration=batch, subdivisions=1, ema=ModelEMA(model))
-        if "compile" in variant:
-            state.forward = torch.compile(model)
+        state, channels_last = step_state(model, spec, batch, variant)
         options = StepOptions(device=device, amp_dtype=torch.bfloat16, channels_last=channels_last,
                               log_interval=10**9, say=lambda _: None)
         data = iter(lambda: (images, targets_for(batch), None), None)

@@ -46,6 +46,7 @@ from turboyolo.data.decode import load_image
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.doctor.throughput import cpu_model, measure_loader, train_default_augment
+from turboyolo.formats.datasets import write_darknet_data
 from turboyolo.formats.labels import write_yolo_labels
 
 PACKAGES = ("lomiri-wallpapers-16.04", "lomiri-wallpapers-20.04")
@@ -121,8 +122,7 @@ def make_dataset(photos: list[Path], root: Path) -> Path:
         lines.append(str(link))
     (root / "train.txt").write_text("\n".join(lines) + "\n")
     (root / "bench.names").write_text("thing\n")
-    (root / "bench.data").write_text(f"classes=1\ntrain={root / 'train.txt'}\nvalid={root / 'train.txt'}\n"
-                                     f"names={root / 'bench.names'}\n")
+    write_darknet_data(root / "bench.data", 1, root / "train.txt", root / "train.txt", root / "bench.names")
     return root / "bench.data"
 
 

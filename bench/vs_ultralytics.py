@@ -119,28 +119,6 @@ def run_ultralytics(root: Path, cache: str, mosaic: float, epochs: int) -> dict:
 # ------------------------------------------------------------------------------------------ driver
 
 
-def make_dataset(photos: list[Path], root: Path) -> None:
-    """``root/images`` (links), ``root/labels`` (3 deterministic boxes each), ``root/bench.data``."""
-    import numpy as np
-
-    from turboyolo.formats.datasets import write_darknet_data
-    from turboyolo.formats.labels import write_yolo_labels
-
-    rng = np.random.default_rng(0)
-    (root / "images").mkdir(parents=True)
-    links = []
-    for photo in photos:
-        link = root / "images" / photo.name
-        link.symlink_to(photo)
-        wh = rng.uniform(0.05, 0.3, size=(3, 2))
-        cxy = rng.uniform(0.2, 0.8, size=(3, 2))
-        write_yolo_labels(root / "labels" / (photo.stem + ".txt"), np.hstack([np.zeros((3, 1)), cxy, wh]))
-        links.append(str(link))
-    (root / "train.txt").write_text("\n".join(links) + "\n")
-    (root / "bench.names").write_text("thing\n")
-    write_darknet_data(root / "bench.data", 1, root / "train.txt", root / "train.txt", root / "bench.names")
-
-
 def pick_photos(folder: Path) -> list[Path]:
     from PIL import Image
 
@@ -175,6 +153,8 @@ def main_driver(args) -> int:
                                            for row in ROWS}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        from data_pipeline import make_dataset  # the driver's side only: it imports turboyolo
+
         make_dataset(photos, root)
         for repeat in range(args.repeats):
             for row in args.rows or ROWS:

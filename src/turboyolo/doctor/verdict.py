@@ -21,6 +21,7 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
+from turboyolo.data.cache import human_bytes as _human
 from turboyolo.train.auto import ImageCosts, predict, supply
 from turboyolo.train.facts import ASSUMED_MFU, GPU_RATES, assumed_step_s  # noqa: F401  (re-exported)
 
@@ -274,14 +275,6 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
             "--checkpoint-interval 0 (last.pt/best.pt only) or fewer evaluations", f.expected, f.wait,
             f"a checkpoint blocks {t.checkpoint_s:.2f} s, {100 * f.checkpoint_share:.0f}% of an epoch"))
     return suggestions
-
-
-def _human(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"
 
 
 def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor") -> str:

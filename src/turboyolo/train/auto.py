@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from turboyolo.data.cache import human_bytes as _human
+
 DATA_WAIT_TARGET = 0.05  # a choice that keeps the predicted data-wait under this is good enough
 RAM_SHARE = 0.5  # the cache may take at most this share of the free RAM ...
 RAM_RESERVE = 2 << 30  # ... and must leave at least this much of it free
@@ -289,14 +291,6 @@ def advice(cache: str, augment_on: str, workers: int, machine: Machine, unsuppor
 def far_above(measured: float, predicted: float) -> bool:
     """Whether a measured data-wait is far above the prediction (worth a line and a note)."""
     return measured > predicted + FAR_ABOVE
-
-
-def _human(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"
 
 
 def given_pipeline(requested: dict[str, tuple[object, str]]) -> PipelineChoice:
