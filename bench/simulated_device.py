@@ -16,8 +16,9 @@ Each setting builds the loader through ``data.pipeline.build_loader`` (what ``tu
 with the settings' ``--cache``, ``--augment-on`` and ``--workers``; a RAM cache is built before the
 first epoch (its time is reported, not counted as data-wait). Data-wait = time the consumer waited for
 a batch / wall time, per epoch; the figure that counts is after the first epoch. Beside it: the part
-of it spent waiting for each epoch's first batch (the loader starts an epoch's work when the epoch
-starts), and the loader's CPU time per image (main process + workers, from /proc), which says what a
+of it spent waiting for each epoch's first batch (the loader is told the later epochs as `train` tells
+it, so its workers go on into the next epoch's first batches before the epoch starts), and the loader's
+CPU time per image (main process + workers, from /proc), which says what a
 core could supply if nothing else ran on it.
 
 Usage:
@@ -141,9 +142,11 @@ def cpu_seconds() -> float:
     return total
 
 
-def run_epoch(loader, epoch: int, step_s: float, max_s: float) -> dict:
-    """One epoch against the sleeping consumer: the time not spent in the step is data-wait."""
-    loader.set_epoch(epoch)
+def run_epoch(loader, epoch: int, epochs: int, step_s: float, max_s: float) -> dict:
+    """One epoch of ``epochs`` against the sleeping consumer: the time not spent in the step is
+    data-wait. The loader knows the later epochs as `train` tells it (the workers go on into the next
+    epoch's first batches)."""
+    loader.set_epoch(epoch, upcoming=lambda later: True if later < epochs else None)
     stepping, images, first_wait, start = 0.0, 0, None, time.perf_counter()
     for batch in loader:
         first_wait = time.perf_counter() - start if first_wait is None else first_wait
@@ -172,7 +175,7 @@ def run_setting(samples, setting: dict, args, step_s: float) -> dict:
     for epoch in range(args.epochs):
         if epoch >= 2 and sum(e["seconds"] for e in epochs) > args.max_seconds:
             break  # a slow setting: its data-wait is clear from fewer epochs
-        epochs.append(run_epoch(loader, epoch, step_s, args.max_seconds / 2))
+        epochs.append(run_epoch(loader, epoch, args.epochs, step_s, args.max_seconds / 2))
         cpu_after_first = cpu_seconds() if epoch == 0 else cpu_after_first
     later = epochs[1:]
     seconds, images = sum(e["seconds"] for e in later), sum(e["images"] for e in later)

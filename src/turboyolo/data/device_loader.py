@@ -42,6 +42,7 @@ from turboyolo.data.device_augment import (
     plan_sample,
 )
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, MetaBatch, _worker_init
+from turboyolo.data.sampler import Requests
 from turboyolo.errors import DataError
 
 
@@ -235,6 +236,10 @@ def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
 
 
+def _one_request_per_batch(sampler):
+    return sampler  # the dataset makes a whole batch per request
+
+
 def _whole_batch(batch):
     return batch  # the dataset already returns a batch; DataLoader must not convert it
 
@@ -255,8 +260,14 @@ class DeviceAugmentLoader(DetectionLoader):
         # in-process, the buffer is allocated page-locked; from workers, DataLoader's thread pins it
         dataset.pin = self.pin_memory and workers == 0
         dataset.ring = prefetch_factor + 2
-        self._loader = self._make(batch_sampler, workers)
+        self._requests_of = _one_request_per_batch
+        self._requests = Requests(batch_sampler)
+        self._loader = self._make(self._requests, workers)
         self._reset_reports()
+
+    @staticmethod
+    def _flat(delivered):
+        yield from delivered
 
     def _make(self, sampler, workers: int) -> torch.utils.data.DataLoader:
         kwargs = {}

@@ -30,9 +30,10 @@ cache (``--cache ram/disk``, decoded once when it is built) not at all. Every de
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.reduction import ForkingPickler
 
 import cv2
@@ -58,7 +59,14 @@ from turboyolo.data.batch import (  # MetaBatch and collate: importable from her
     collate_group,
 )
 from turboyolo.data.decode import decode_image
-from turboyolo.data.sampler import BatchGroup, BatchGroups, MultiScaleBatchSampler, TailSampler
+from turboyolo.data.sampler import (
+    BatchGroup,
+    BatchGroups,
+    EpochChain,
+    MultiScaleBatchSampler,
+    Requests,
+    TailSampler,
+)
 from turboyolo.data.scan import Sample
 from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
@@ -258,13 +266,24 @@ class DetectionLoader:
             kwargs = dict(persistent_workers=True, prefetch_factor=groups, worker_init_fn=_worker_init)
             if "fork" in torch.multiprocessing.get_all_start_methods():
                 kwargs["multiprocessing_context"] = "fork"
-        groups = BatchGroups(batch_sampler, self.group)
-        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=groups, num_workers=workers,
+        # what the DataLoader requests for one epoch of a sampler: its groups of batches (no reference
+        # to this loader: the stream holds it, and a cycle would keep dead workers until a collection)
+        self._requests_of = functools.partial(BatchGroups, size=self.group)
+        self._requests = Requests(self._requests_of(batch_sampler))
+        self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=self._requests, num_workers=workers,
                                                    collate_fn=collate_group, pin_memory=self.pin_memory,
                                                    **kwargs)
         self._reset_reports()
 
+    @staticmethod
+    def _flat(delivered):
+        """The batches in what the DataLoader delivers (a list of batches per request)."""
+        for group in delivered:
+            yield from group
+
     def _reset_reports(self) -> None:
+        self._plan = _MixPlan(self.batch_sampler)  # see set_epoch
+        self._stream: _Stream | None = None
         self.replaced: list[tuple[str, str]] = []  # (path, reason) of every replacement, all epochs
         self.epoch_replaced: list[tuple[str, str]] = []  # the current/last epoch only
         self.dropped: list[tuple[str, str]] = []  # (path, reason) of every sample left out, all epochs
@@ -276,16 +295,47 @@ class DetectionLoader:
     def replaced_count(self) -> int:
         return len(self.replaced)
 
-    def set_epoch(self, epoch: int, start: int = 0, mix: bool = True) -> None:
-        """Select the epoch (and its start, see the sampler); ``mix=False``: no mosaic or mixup in it."""
+    def set_epoch(self, epoch: int, start: int = 0, mix: bool = True,
+                  upcoming: Callable[[int], bool | None] | None = None) -> None:
+        """Select the epoch (and its start, see the sampler); ``mix=False``: no mosaic or mixup in it.
+
+        ``upcoming(e)``: for an epoch ``e`` after this one, whether the run mixes in it, None where the
+        run plans no epoch ``e``. Given (and with workers), the workers go on into the next epoch's
+        first batches while this epoch's last ones are consumed (:class:`EpochChain`): an epoch's first
+        batch is not waited for. Each batch is the same either way; an iteration that does not follow on
+        from a whole previous epoch (a stop in the middle, a resume, another mix than the one the
+        workers assumed) starts the stream anew.
+        """
         self.batch_sampler.set_epoch(epoch, start)
         self.batch_sampler.mix = mix
+        self._plan.upcoming = upcoming
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self):
-        return self._tracked(_ungrouped(self._loader))
+        if self._plan.upcoming is None or self.workers == 0 or self.batch_sampler.start:
+            self._stream = None
+            self._requests.source = self._requests_of(self.batch_sampler)
+            return self._tracked(self._flat(self._loader))
+        return self._tracked(self._streamed())
+
+    def _streamed(self):
+        """The current epoch's batches from the stream across epochs (started anew when it does not
+        stand at this epoch's start with this epoch's mix)."""
+        epoch, mix, count = self.batch_sampler.epoch, self.batch_sampler.mix, len(self.batch_sampler)
+        stream = self._stream
+        if stream is None or not stream.at(epoch, mix):
+            chain = EpochChain(self.batch_sampler, epoch, self._plan, self._requests_of)
+            self._requests.source = chain
+            stream = self._stream = _Stream(chain, self._flat(self._loader))
+        stream.next_epoch = None  # until this epoch's last batch is taken
+        for _ in range(count):
+            batch = next(stream.batches, None)
+            if batch is None:  # cannot happen while the chain's epochs are the sampler's
+                raise RuntimeError(f"the loader's stream ended inside epoch {epoch + 1}")
+            yield batch
+        stream.next_epoch = epoch + 1
 
     def remaining(self, skip: int):
         """The batches of the current epoch after the first ``skip`` (mid-epoch resume).
@@ -294,7 +344,8 @@ class DetectionLoader:
         yields exactly the batches the interrupted run would have seen; no image of the skipped part is
         decoded except as a partner of the rest.
         """
-        return self._tracked(_ungrouped(self._tail_loader(TailSampler(self.batch_sampler, skip))))
+        self._stream = None
+        return self._tracked(self._flat(self._tail_loader(TailSampler(self.batch_sampler, skip))))
 
     def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         # a one-off loader: at most one non-persistent worker for the rest of one epoch
@@ -348,13 +399,35 @@ def group_batches(pool_batches: int, epoch_batches: int, workers: int, cached: b
     return max(1, min(pool_batches, -(-epoch_batches // workers)))
 
 
-def _ungrouped(loader: torch.utils.data.DataLoader):
-    """``loader``'s batches: those of each group in turn when it iterates :class:`BatchGroups`."""
-    if not isinstance(loader.batch_sampler, BatchGroups):
-        yield from loader
-        return
-    for group in loader:
-        yield from group
+class _MixPlan:
+    """The mix of an epoch as the run plans it now (what :class:`EpochChain` asks): the sampler's for its
+    current epoch, ``upcoming``'s for a later one (see :meth:`DetectionLoader.set_epoch`)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.upcoming: Callable[[int], bool | None] | None = None
+
+    def __call__(self, epoch: int) -> bool | None:
+        if epoch == self.sampler.epoch:
+            return self.sampler.mix
+        return None if self.upcoming is None else self.upcoming(epoch)
+
+
+class _Stream:
+    """A loader's batches across epochs (one iteration of its DataLoader over an :class:`EpochChain`) and
+    the epoch whose first batch comes next (None: in the middle of one)."""
+
+    def __init__(self, chain: EpochChain, delivered):
+        self.chain, self.next_epoch = chain, chain.epoch
+        self.batches = iter(delivered)
+
+    def at(self, epoch: int, mix: bool) -> bool:
+        """Whether the next batch is ``epoch``'s first, made (or to be made) with ``mix``."""
+        if self.next_epoch != epoch:
+            return False
+        if epoch in self.chain.made:
+            return self.chain.made[epoch] == mix
+        return not self.chain.ended
 
 
 def move_to_device(images: torch.Tensor, device: torch.device | str, dtype: torch.dtype = torch.float32,

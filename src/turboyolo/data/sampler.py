@@ -15,8 +15,9 @@ pool), so batches do not depend on the number of workers, on the cache, or on a 
 
 from __future__ import annotations
 
+import copy
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -199,6 +200,55 @@ class BatchGroups(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class EpochChain(torch.utils.data.Sampler):
+    """The requests of ``sampler``'s epochs one after another, from ``epoch`` on: each epoch's batches
+    exactly as ``sampler`` makes them for that epoch from its start, with the mix (mosaic and mixup on
+    or off) that ``mix_of(epoch)`` says when the chain gets there; the chain ends before the first
+    epoch for which ``mix_of`` says None (the run plans no such epoch). ``wrap`` turns one epoch's
+    sampler into what the DataLoader requests (:class:`BatchGroups`, or the batches themselves).
+
+    What a training loader's persistent workers iterate (:meth:`DetectionLoader.set_epoch` with
+    ``upcoming``): they go on from an epoch's last batches into the next epoch's first ones while the
+    trainer still consumes the last, so no epoch starts with an empty pipeline. Keys still carry their
+    epoch, so a batch is the same as when its epoch is iterated on its own. :attr:`made` records the mix
+    each epoch's requests were made with; :attr:`ended` whether the chain ran out.
+    """
+
+    def __init__(self, sampler, epoch: int, mix_of: Callable[[int], bool | None],
+                 wrap: Callable[[object], object]):
+        self.sampler, self.epoch, self.mix_of, self.wrap = sampler, epoch, mix_of, wrap
+        self.made: dict[int, bool] = {}
+        self.ended = False
+
+    def __iter__(self) -> Iterator:
+        epoch = self.epoch
+        mix = self.mix_of(epoch)
+        while mix is not None:
+            one = copy.copy(self.sampler)
+            one.set_epoch(epoch, 0)
+            one.mix = mix
+            self.made[epoch] = mix
+            yield from self.wrap(one)
+            epoch += 1
+            mix = self.mix_of(epoch)
+        self.ended = True
+
+
+class Requests(torch.utils.data.Sampler):
+    """What a DataLoader iterates, switchable between iterations: :attr:`source` (one epoch's requests or
+    an :class:`EpochChain`). A DataLoader's sampler cannot be replaced once it is built, and persistent
+    workers belong to the DataLoader, so the loader keeps one DataLoader and switches this."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def __iter__(self):
+        return iter(self.source)
+
+    def __len__(self) -> int:
+        return len(self.source)
 
 
 class BatchGroup(list):

@@ -203,8 +203,10 @@ def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
     :meth:`StopRule.reason`; returns why the run stops (``None``: go on), the epoch's losses and GPU
     readings."""
     run, data, state, options = session.run, session.data, session.state, session.options
+    close_mosaic = state.plan.close_mosaic
     data.train.set_epoch(state.epoch, state.epoch_start_sample,
-                         mix=mixing(state.epoch, run, state.plan.close_mosaic, run.say))
+                         mix=mixing(state.epoch, run, close_mosaic, run.say),
+                         upcoming=lambda epoch: planned_mixing(epoch, run, close_mosaic))
     batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
     if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
         batches = session.logger.first_batches(batches, data.names)
@@ -290,12 +292,15 @@ def evaluate_now(session: Session, reason: str | None, finished: bool) -> EvalRe
 def mixing(epoch: int, run: Run, close_mosaic: int, say: Callable[..., None]) -> bool:
     """Whether mosaic and mixup may run in ``epoch`` (not in the last ``close_mosaic`` planned epochs)."""
     augment = run.config.augment
-    if not close_mosaic:
-        return True
-    first_closed = run.planned_epochs() - close_mosaic
-    if epoch == first_closed and (augment.mosaic or augment.mixup):
+    if close_mosaic and epoch == run.planned_epochs() - close_mosaic and (augment.mosaic or augment.mixup):
         say(f"epoch {epoch + 1}: mosaic and mixup off for the last {close_mosaic} epochs (--close-mosaic)")
-    return epoch < first_closed
+    return not close_mosaic or epoch < run.planned_epochs() - close_mosaic
+
+
+def planned_mixing(epoch: int, run: Run, close_mosaic: int) -> bool | None:
+    """:func:`mixing` of a later ``epoch`` (no message), None past the run's planned end: what the
+    training loader makes ahead of time."""
+    return None if epoch >= run.planned_epochs() else mixing(epoch, run, close_mosaic, lambda *_: None)
 
 
 def catch_ctrl_c(stop: StopRule, say: Callable[..., None]) -> Callable[[], None]:

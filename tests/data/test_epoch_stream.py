@@ -1,0 +1,138 @@
+"""The training loader's stream across epochs: the workers make the next epoch's first batches while the
+current epoch's last ones are consumed, and every batch is the one its epoch gives when iterated alone."""
+
+import dataclasses
+import gc
+import weakref
+
+import pytest
+import torch
+
+from synth import make_image_folder
+from turboyolo.data.augment import AugmentParams
+from turboyolo.data.cache import prepare_cache
+from turboyolo.data.pipeline import build_loader
+from turboyolo.data.scan import scan_dataset
+
+EPOCHS = 4
+
+
+@pytest.fixture
+def samples(tmp_path, isolated_cache):
+    make_image_folder(tmp_path, count=19, seed=5)
+    return scan_dataset(tmp_path / "images", "train").samples
+
+
+def _closing(epoch):
+    """A 4-epoch run whose last epoch has mosaic off (--close-mosaic 1); None past the end."""
+    return None if epoch >= EPOCHS else epoch < EPOCHS - 1
+
+
+def _run(loader, streamed: bool, epochs=range(EPOCHS)):
+    out = []
+    for epoch in epochs:
+        loader.set_epoch(epoch, mix=_closing(epoch), upcoming=_closing if streamed else None)
+        batches = []
+        for images, targets, metas in loader:
+            images = images.canvases if hasattr(images, "canvases") else images
+            batches.append((images.clone(), targets.clone(), [str(m.path) for m in metas]))
+        out.append((batches, dict(loader.epoch_decoded)))
+    return out
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for (batches_a, decoded_a), (batches_b, decoded_b) in zip(a, b, strict=True):
+        assert len(batches_a) == len(batches_b)
+        for (ia, ta, pa), (ib, tb, pb) in zip(batches_a, batches_b, strict=True):
+            assert pa == pb
+            assert torch.equal(ia, ib)
+            assert torch.equal(ta, tb)
+        assert decoded_a == decoded_b
+
+
+def _loader(samples, workers, augment_on="cpu", cache=None):
+    augment = dataclasses.replace(AugmentParams.from_net(angle=5, mosaic=1.0), mixup=0.3)
+    return build_loader(samples, img_size=64, batch_size=3, augment=augment, workers=workers, shuffle=True,
+                        seed=7, cache=cache, augment_on=augment_on, drop_last=True, partner_pool=2)
+
+
+@pytest.mark.parametrize("augment_on", ["cpu", "device"])
+def test_streamed_epochs_are_the_epochs_alone(samples, augment_on):
+    reference = _run(_loader(samples, 0, augment_on), streamed=False)
+    if augment_on == "cpu":  # each original decoded once per epoch (the device path does not count them)
+        assert any(reference[0][1].values()) and all(n == 1 for n in reference[0][1].values())
+    for workers in (1, 2):
+        _same(reference, _run(_loader(samples, workers, augment_on), streamed=True))
+    # the closed last epoch has no mosaic: its batches differ from what a mixing epoch would give
+    mixing = _loader(samples, 0, augment_on)
+    mixing.set_epoch(EPOCHS - 1, mix=True)
+    first = next(iter(mixing))
+    first = first[0].canvases if hasattr(first[0], "canvases") else first[0]
+    assert not torch.equal(first, reference[-1][0][0][0])
+
+
+def test_with_a_cache_too(samples, tmp_path):
+    cache = prepare_cache(samples, 64, None, memory="ram", workers=1, log=lambda *_: None)
+    _same(_run(_loader(samples, 0, cache=cache), streamed=False),
+          _run(_loader(samples, 2, cache=cache), streamed=True))
+
+
+def test_the_next_epoch_is_requested_before_it_starts(samples):
+    loader = _loader(samples, 1)
+    loader.set_epoch(0, mix=True, upcoming=_closing)
+    assert len(list(loader)) == len(loader)
+    stream = loader._stream
+    assert stream is not None and stream.next_epoch == 1
+    assert stream.chain.made.get(1) is True  # epoch 1's first requests went to the worker already
+    loader.set_epoch(1, mix=True, upcoming=_closing)
+    assert len(list(loader)) == len(loader)
+    assert loader._stream is stream  # the same stream went on: no new start
+    # the last planned epoch: nothing is made past it
+    for epoch in (2, 3):
+        loader.set_epoch(epoch, mix=_closing(epoch), upcoming=_closing)
+        assert len(list(loader)) == len(loader)
+    assert loader._stream is stream and stream.chain.ended and max(stream.chain.made) == EPOCHS - 1
+
+
+def test_a_stream_that_does_not_fit_starts_anew(samples):
+    """A stop in the middle of an epoch, or another mix than planned: the batches are still the epoch's."""
+    reference = _run(_loader(samples, 0), streamed=False)
+    loader = _loader(samples, 1)
+    loader.set_epoch(0, mix=True, upcoming=_closing)
+    iterator = iter(loader)
+    next(iterator)  # an epoch left after one batch
+    del iterator
+    _same(reference[1:2], _run(loader, streamed=True, epochs=[1]))
+    # epoch 2 was made ahead with mosaic on; the run closes mosaic there after all
+    loader.set_epoch(1, mix=True, upcoming=_closing)
+    list(loader)
+    loader.set_epoch(2, mix=False, upcoming=lambda e: None)
+    alone = _loader(samples, 0)
+    alone.set_epoch(2, mix=False)
+    _same([(list(_plain(alone)), {})], [(list(_plain(loader)), {})])
+
+
+def _plain(loader):
+    for images, targets, metas in loader:
+        yield images.clone(), targets.clone(), [str(m.path) for m in metas]
+
+
+@pytest.mark.parametrize("augment_on", ["cpu", "device"])
+def test_a_streaming_loader_is_freed_with_its_last_reference(samples, augment_on):
+    """No reference cycle through the stream: a dropped loader's workers end now, not at some later
+    garbage collection (which may run in a forked child, where it cannot stop them)."""
+    gc.disable()
+    try:
+        loader = _loader(samples, 1, augment_on)
+        loader.set_epoch(0, mix=True, upcoming=_closing)
+        next(iter(loader))
+        workers = loader._loader._iterator._workers
+        alive = weakref.ref(loader)
+        del loader
+        assert alive() is None
+    finally:
+        gc.enable()
+    for worker in workers:
+        worker.join(timeout=30)
+        assert not worker.is_alive()
