@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from turboyolo.cli import main
+from turboyolo.devices import usable_cpus
 from turboyolo.doctor.measure import DoctorOptions, resolved_run, step_seconds, train_state
 from turboyolo.formats.darknet_cfg import parse_cfg, write_cfg
 from turboyolo.model.zoo import make_spec
@@ -57,6 +58,23 @@ def test_data_only_mode_writes_markdown_and_json(tiny, capsys):
     text = (run / "doctor.md").read_text()
     assert verdict["sentence"] in text and verdict["sentence"] in capsys.readouterr().out
     assert "What `auto` would choose" in text
+
+
+def test_assume_cpus_predicts_for_the_planned_machine(tiny):
+    """`--assume-cpus 16`: auto's workers and the prediction are for 16 cores like these; the loader is
+    measured only at worker counts this machine has cores for."""
+    tmp_path, cfg = tiny
+    args = ["doctor", "--data", str(tmp_path / "images"), "--model", str(cfg), "--project",
+            str(tmp_path / "runs"), "--images", "4", "--repeats", "1", "--worker-counts", "0,64",
+            "--assume-gpu", "h100"]
+    assert main([*args, "--assume-cpus", "16"]) == 0
+    report = json.loads((sorted((tmp_path / "runs").iterdir())[-1] / "doctor.json").read_text())
+    timings = report["timings"]
+    assert timings["cores"] == 16 and timings["workers"] == 15
+    assert any(line.startswith("--workers 15 (auto)") for line in timings["auto"])
+    measured = {int(w) for w in timings["loader_images_per_s"]}
+    assert 0 in measured and max(measured) <= max(1, usable_cpus() - 1)
+    assert main([*args, "--assume-cpus", "0"]) == 1  # a clear flag error, no traceback
 
 
 @pytest.mark.slow

@@ -47,6 +47,9 @@ class DoctorArgs:
                                           "mini-batch", type=float)
     assume_gpu: str | None = option(None, "data-only mode: take the step time of this GPU (from the model's "
                                     "FLOPs)", choices=tuple(GPU_RATES))
+    assume_cpus: int | None = option(None, "predict for a machine with this many cores like this one's "
+                                     "(the GPU machine you plan to train on; default: the cores this "
+                                     "process may use)", type=int)
     images: int = option(32, "images of the split used per stage", type=int)
     repeats: int = option(3, "timed repeats per stage (median)", type=int)
 
@@ -60,6 +63,8 @@ class DoctorArgs:
             raise FlagError(f"--assume-step-ms {self.assume_step_ms}: give a positive step time in ms")
         if self.assume_step_ms is not None and self.assume_gpu is not None:
             raise FlagError("--assume-step-ms and --assume-gpu exclude each other; pass one")
+        if self.assume_cpus is not None and not 1 <= self.assume_cpus <= 1024:
+            raise FlagError(f"--assume-cpus {self.assume_cpus}: give the planned machine's cores (1-1024)")
 
 
 GROUPS: dict[str, type] = {"doctor": DoctorArgs, "run_dir": RunDirArgs}
@@ -126,6 +131,7 @@ def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: 
                             augment_on=args.augment_on, amp=args.amp,
                             amp_dtype=amp_dtype_for(device, args.amp),
                             assume_step_ms=args.assume_step_ms, assume_gpu=args.assume_gpu,
+                            assume_cpus=args.assume_cpus,
                             images=args.images, repeats=args.repeats, cfg=str(request.cfg),
                             data=str(request.data))
     run_dir = request.run_dir.make("doctor")

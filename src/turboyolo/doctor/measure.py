@@ -11,6 +11,7 @@ the same code), its wall-clock images/s with :func:`turboyolo.data.timing.measur
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -60,6 +61,7 @@ class DoctorOptions:
     amp_dtype: torch.dtype | None = None
     assume_step_ms: float | None = None
     assume_gpu: str | None = None
+    assume_cpus: int | None = None  # predict for this many cores (None: this process's usable cores)
     images: int = 32  # subset size for the per-image stages
     repeats: int = 3
     loader_batches: int = 3
@@ -206,7 +208,7 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     return StageTimings(
         **per_image, loader_cpu_s=loader_cpu_s, loader_images_per_s=loader_rates, copy_s=copy_s, **step,
         batch=options.batch, subdivisions=options.subdivisions, img_size=options.img_size,
-        cores=usable_cpus(), workers=options.workers, cached=options.cache != "none",
+        cores=options.assume_cpus or usable_cpus(), workers=options.workers, cached=options.cache != "none",
         augment_on=options.augment_on, dataset_images=len(scan.samples), cache_bytes=cache_bytes,
         handoff_s=costs.handoff_s, costs=vars(costs), auto=choice.lines(),
         device_unsupported=device_augment_unsupported(augment))
@@ -220,8 +222,9 @@ def auto_choice(options: DoctorOptions, costs, step: dict, copy_s: float, cache_
                  "workers": (options.workers, "flag")}
     machine = machine_facts(options.device, default_cache_root(data, "train", options.img_size))
     if options.assume_gpu or options.assume_step_ms:  # data-only mode: the step runs on a GPU
-        machine = type(machine)(machine.cores, machine.free_ram, machine.free_disk, "cuda",
-                                machine.cache_folder)
+        machine = dataclasses.replace(machine, device="cuda")
+    if options.assume_cpus:
+        machine = dataclasses.replace(machine, cores=options.assume_cpus)
     step_s = step["step_s"] / options.mini_batch + copy_s
     unsupported = device_augment_unsupported(augment)
     return choose_pipeline(requested, costs, machine, step_s, cache_bytes, unsupported,
@@ -270,7 +273,9 @@ def measure_loaders(subset: Sequence[Sample], options: DoctorOptions, augment: A
     loader_rates, loader_cpu = {}, {}
     if options.augment_on == "device" and device_augment_unsupported(augment) is not None:
         augment = None  # explicit --augment-on device: as train would refuse it, measure the plain path
-    for workers in sorted(set(options.worker_counts) | {options.workers}):
+    here = max(1, usable_cpus() - 1)  # more workers than this machine has cores measure nothing new
+    configured = min(options.workers, here)  # (--assume-cpus: the workers of the planned machine)
+    for workers in sorted({w for w in options.worker_counts if w <= here} | {configured}):
         loader = build_loader(subset, img_size=options.img_size, batch_size=options.mini_batch,
                               augment=augment, workers=workers, shuffle=True, cache=cache,
                               augment_on=options.augment_on)
@@ -279,7 +284,7 @@ def measure_loaders(subset: Sequence[Sample], options: DoctorOptions, augment: A
         loader_rates[workers], loader_cpu[workers] = m.images_per_s, m.cpu_s / m.images
         log(f"  loader, {workers} worker(s): {m.images_per_s:,.1f} images/s, "
             f"{1000 * m.cpu_s / m.images:.2f} ms CPU per image")
-    return loader_rates, loader_cpu.get(1, loader_cpu.get(options.workers))
+    return loader_rates, loader_cpu.get(1, loader_cpu[configured])
 
 
 def measure_training_step(resolved: ResolvedRun, options: DoctorOptions, run_dir: Path, log=print) -> dict:
