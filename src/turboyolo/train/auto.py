@@ -232,8 +232,8 @@ def choose_pipeline(requested: dict[str, tuple[object, str]], costs: ImageCosts,
 def _choose_augment_on(costs: ImageCosts, machine: Machine, cache: str, workers: int, step_s: float,
                        device_step_s: float, unsupported: str | None) -> tuple[str, str]:
     cpu_wait, _ = predict(costs, cache, "cpu", workers, machine.cores, step_s)
-    # with the workers' margin: a CPU path that only just keeps up waits in practice (measured on a sample,
-    # and each epoch's first batches wait for the loader to start)
+    # with the workers' margin: a CPU path that only just keeps up waits in practice (its cost is measured
+    # on a sample of 8 images and varies from image to image)
     margin_wait, _ = predict(costs, cache, "cpu", workers, machine.cores, step_s / WORKER_MARGIN)
     if margin_wait <= DATA_WAIT_TARGET or (cpu_wait <= DATA_WAIT_TARGET and machine.device == "cpu"):
         return "cpu", f"the loader's CPU augmentation keeps the step fed (data-wait {100 * cpu_wait:.0f}%)"
