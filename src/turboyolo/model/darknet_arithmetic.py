@@ -60,10 +60,15 @@ def sequential_conv2d(x: torch.Tensor, weight: torch.Tensor, stride: int, paddin
     out_h = (height + 2 * padding - size) // stride + 1
     out_w = (width + 2 * padding - size) // stride + 1
     columns = F.unfold(x, size, padding=padding, stride=stride)  # [B, K, L], K in (c, row, col) order
-    taps = weight.reshape(out_channels, -1)
-    out = taps[None, :, 0, None] * columns[:, None, 0, :]
-    for k in range(1, taps.shape[1]):
-        out = out + taps[None, :, k, None] * columns[:, None, k, :]
+    taps = weight.detach().reshape(out_channels, -1).t().contiguous()  # [K, O]: tap k's weights together
+    columns = columns.detach()
+    out = taps[0, None, :, None] * columns[:, None, 0, :]
+    product = torch.empty_like(out)
+    for k in range(1, taps.shape[0]):
+        # the product rounded to float32, then the sum (two operations: torch.addcmul would fuse them
+        # into one rounding on CPUs with FMA); in place, so the loop allocates nothing
+        torch.mul(taps[k, None, :, None], columns[:, None, k, :], out=product)
+        out.add_(product)
     return out.reshape(batch, out_channels, out_h, out_w)
 
 
