@@ -36,8 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# a venv with `pip install ultralytics torch==2.14.1 torchvision==0.29.1` (the first of these that exists)
-ULTRA_PYTHONS = ("/work/venvs/ultra/bin/python", "/work/venvs/ultra-compute/bin/python")
+# a venv with `pip install ultralytics torch==2.14.1 torchvision==0.29.1` (the first of these that exists;
+# `make .venv-ultralytics/.installed` builds the first)
+ULTRA_PYTHONS = (".venv-ultralytics/bin/python", "/work/venvs/ultra/bin/python",
+                 "/work/venvs/ultra-compute/bin/python")
 PHOTO = Path("/usr/share/darknet/data/dog.jpg")
 
 ULTRA_STEP = r"""

@@ -21,7 +21,7 @@ would be warm); warm = epochs after a RAM cache was built (``cache=ram`` / ``--c
 timed). For turboyolo the decodes per sample are counted too (``DetectionLoader.epoch_decoded``).
 
 Usage: ``make bench-ultralytics`` or
-``.venv/bin/python bench/vs_ultralytics.py --ultra-python /work/venvs/ultra/bin/python [--repeats 3]``.
+``.venv/bin/python bench/vs_ultralytics.py [--ultra-python .venv-ultralytics/bin/python] [--repeats 3]``.
 Prints a Markdown table for docs/PERFORMANCE.md. The runner half (``--runner``) imports only its own
 tool, so the same file runs in both venvs.
 """
@@ -66,11 +66,15 @@ def run_turboyolo(root: Path, cache: str, mosaic: float, epochs: int) -> dict:
     from turboyolo.formats.darknet_cfg import parse_cfg
     from turboyolo.train.config import TrainConfig
     from turboyolo.train.loaders import build_loaders
+    from turboyolo.train.resolve import resolve_options
 
     def make():
+        # --augment-on cpu: what auto chooses where the step runs on the CPU (and the device path needs
+        # a device to finish the augmentation, so a loader-only comparison is the CPU path's)
         config = TrainConfig.build(cfg=CFG, data=str(root / "bench.data"), workers=0, cache=cache,
-                                   mosaic=mosaic, project=str(root / "runs"))
-        return build_loaders(config, parse_cfg(CFG), BATCH, log=lambda *_: None).train
+                                   augment_on="cpu", mosaic=mosaic, project=str(root / "runs"))
+        resolved = resolve_options(config, parse_cfg(CFG), say=lambda *_: None)
+        return build_loaders(resolved, BATCH, log=lambda *_: None).train
 
     images = cpu = decodes = 0
     loader = make() if cache != "none" else None
@@ -131,7 +135,8 @@ def pick_photos(folder: Path) -> list[Path]:
 
 
 def measure(python: str, tool: str, root: Path, row: str, epochs: int) -> dict:
-    cmd = [python, __file__, "--runner", tool, "--root", str(root), "--row", row, "--epochs", str(epochs)]
+    # absolute: the runner starts in the data's folder (a relative venv path would not be found there)
+    cmd = [os.path.abspath(python), os.path.abspath(__file__), "--runner", tool, "--root", str(root), "--row", row, "--epochs", str(epochs)]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
     if proc.returncode != 0:
@@ -187,7 +192,7 @@ def print_table(results: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ultra-python", default="/work/venvs/ultra/bin/python",
+    parser.add_argument("--ultra-python", default=".venv-ultralytics/bin/python",
                         help="python of a venv with ultralytics (make bench-ultralytics builds one)")
     parser.add_argument("--photos", default="/usr/share/backgrounds", help="folder of large JPEGs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repeats per row")
