@@ -136,7 +136,8 @@ def pick_photos(folder: Path) -> list[Path]:
 
 def measure(python: str, tool: str, root: Path, row: str, epochs: int) -> dict:
     # absolute: the runner starts in the data's folder (a relative venv path would not be found there)
-    cmd = [os.path.abspath(python), os.path.abspath(__file__), "--runner", tool, "--root", str(root), "--row", row, "--epochs", str(epochs)]
+    cmd = [os.path.abspath(python), os.path.abspath(__file__), "--runner", tool, "--root", str(root),
+           "--row", row, "--epochs", str(epochs)]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
     if proc.returncode != 0:
