@@ -148,7 +148,9 @@ def run_epoch(loader, epoch: int, epochs: int, step_s: float, max_s: float) -> d
     epoch's first batches)."""
     loader.set_epoch(epoch, upcoming=lambda later: True if later < epochs else None)
     stepping, images, first_wait, start = 0.0, 0, None, time.perf_counter()
-    for batch in loader:
+    iterator = iter(loader)
+    for _ in range(len(loader)):  # exactly the epoch's batches, as the training loop takes them
+        batch = next(iterator)
         first_wait = time.perf_counter() - start if first_wait is None else first_wait
         images += batch[0].shape[0]
         before = time.perf_counter()

@@ -29,14 +29,21 @@ def _closing(epoch):
 
 
 def _run(loader, streamed: bool, epochs=range(EPOCHS)):
-    out = []
+    """Each epoch's batches taken as the trainer takes them (exactly ``len(loader)``, no extra ask), and
+    its decodes; a streamed run must go on in one stream after its first epoch."""
+    out, first_stream = [], None
     for epoch in epochs:
         loader.set_epoch(epoch, mix=_closing(epoch), upcoming=_closing if streamed else None)
         batches = []
-        for images, targets, metas in loader:
+        iterator = iter(loader)
+        for _ in range(len(loader)):
+            images, targets, metas = next(iterator)
             images = images.canvases if hasattr(images, "canvases") else images
             batches.append((images.clone(), targets.clone(), [str(m.path) for m in metas]))
         out.append((batches, dict(loader.epoch_decoded)))
+        if streamed and loader.workers:
+            first_stream = first_stream or loader._stream
+            assert loader._stream is first_stream, "the stream started anew"
     return out
 
 
@@ -78,20 +85,27 @@ def test_with_a_cache_too(samples, tmp_path):
           _run(_loader(samples, 2, cache=cache), streamed=True))
 
 
-def test_the_next_epoch_is_requested_before_it_starts(samples):
+def _as_the_trainer_takes(loader):
+    """Exactly the epoch's batches, as engine.train_one_epoch takes them: it never asks for one more."""
+    iterator = iter(loader)
+    return [next(iterator) for _ in range(len(loader))]
+
+
+@pytest.mark.parametrize("take", [list, _as_the_trainer_takes])
+def test_the_next_epoch_is_requested_before_it_starts(samples, take):
     loader = _loader(samples, 1)
     loader.set_epoch(0, mix=True, upcoming=_closing)
-    assert len(list(loader)) == len(loader)
+    assert len(take(loader)) == len(loader)
     stream = loader._stream
     assert stream is not None and stream.next_epoch == 1
     assert stream.chain.made.get(1) is True  # epoch 1's first requests went to the worker already
     loader.set_epoch(1, mix=True, upcoming=_closing)
-    assert len(list(loader)) == len(loader)
+    assert len(take(loader)) == len(loader)
     assert loader._stream is stream  # the same stream went on: no new start
     # the last planned epoch: nothing is made past it
     for epoch in (2, 3):
         loader.set_epoch(epoch, mix=_closing(epoch), upcoming=_closing)
-        assert len(list(loader)) == len(loader)
+        assert len(take(loader)) == len(loader)
     assert loader._stream is stream and stream.chain.ended and max(stream.chain.made) == EPOCHS - 1
 
 
@@ -136,3 +150,29 @@ def test_a_streaming_loader_is_freed_with_its_last_reference(samples, augment_on
     for worker in workers:
         worker.join(timeout=30)
         assert not worker.is_alive()
+
+
+def test_turboyolo_train_keeps_one_stream_across_its_epochs(tmp_path, isolated_cache, monkeypatch):
+    """Through the command: 3 epochs with a loader worker build one chain of epochs, not one per epoch
+    (the training loop takes exactly an epoch's batches; the stream must carry on all the same), and the
+    chain ends at the run's planned end."""
+    from synth import make_dataset as make_train_set
+    from synth import micro_cfg
+    from turboyolo.cli import main as cli
+    from turboyolo.data import sampler
+
+    chains = []
+    real = sampler.EpochChain.__init__
+
+    def counted(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        chains.append(self)
+
+    monkeypatch.setattr(sampler.EpochChain, "__init__", counted)
+    data = make_train_set(tmp_path / "data", 8, 2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", batch=4)
+    assert cli(["train", "--cfg", str(cfg), "--data", str(data), "--epochs", "3", "--workers", "1",
+                "--cache", "none", "--augment-on", "cpu", "--evaluation-interval", "1",
+                "--project", str(tmp_path / "runs")]) == 0
+    assert len(chains) == 1, f"{len(chains)} streams for 3 epochs"
+    assert sorted(chains[0].made) == [0, 1, 2] and chains[0].ended

@@ -330,12 +330,15 @@ class DetectionLoader:
             self._requests.source = chain
             stream = self._stream = _Stream(chain, self._flat(self._loader))
         stream.next_epoch = None  # until this epoch's last batch is taken
-        for _ in range(count):
+        for taken in range(1, count + 1):
             batch = next(stream.batches, None)
             if batch is None:  # cannot happen while the chain's epochs are the sampler's
                 raise RuntimeError(f"the loader's stream ended inside epoch {epoch + 1}")
+            if taken == count:
+                # before the yield: the training loop takes exactly the epoch's batches and never asks
+                # for one more, so nothing after the last yield would run
+                stream.next_epoch = epoch + 1
             yield batch
-        stream.next_epoch = epoch + 1
 
     def remaining(self, skip: int):
         """The batches of the current epoch after the first ``skip`` (mid-epoch resume).

@@ -275,6 +275,10 @@ def measure_loaders(subset: Sequence[Sample], options: DoctorOptions, augment: A
         augment = None  # explicit --augment-on device: as train would refuse it, measure the plain path
     here = max(1, usable_cpus() - 1)  # more workers than this machine has cores measure nothing new
     configured = min(options.workers, here)  # (--assume-cpus: the workers of the planned machine)
+    skipped = sorted(w for w in {*options.worker_counts, options.workers} if w > here)
+    if skipped:
+        log(f"  loader not measured at {', '.join(map(str, skipped))} worker(s): this machine has "
+            f"{usable_cpus()} usable cores (the prediction for them uses the cost per image measured here)")
     for workers in sorted({w for w in options.worker_counts if w <= here} | {configured}):
         loader = build_loader(subset, img_size=options.img_size, batch_size=options.mini_batch,
                               augment=augment, workers=workers, shuffle=True, cache=cache,
