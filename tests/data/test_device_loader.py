@@ -89,10 +89,14 @@ def test_canvas_batch_layout_and_device_copy(samples, cache):
     out = move_to_device(images, "cpu", dtype=torch.float64, channels_last=True)
     assert out.dtype == torch.float64 and out.is_contiguous(memory_format=torch.channels_last)
     assert 0 <= float(out.min()) and float(out.max()) <= 1
-    # the grey fill around a stored image that does not cover its canvas
+    # the grey fill around a stored image that does not cover its canvas, where the warp reads it
+    from turboyolo.data.device_augment import sampled_region
+
     stored_h, stored_w = cache.get(0)[0].shape[:2]
     assert stored_w == 128 and stored_h < 128
-    assert (images.canvases[0, stored_h:] == 114).all()
+    x0, _, x1, y1 = sampled_region(images.theta[0].numpy(), (0, 0, 64, 64), 128, 64)
+    assert y1 > stored_h and x1 > x0  # the letterbox reads below the image
+    assert (images.canvases[0, stored_h:y1, x0:x1] == 114).all()
 
 
 def test_device_path_without_cache_decodes_originals(samples):
@@ -255,3 +259,39 @@ def test_partners_come_from_the_pool_the_key_carries():
         partner, ratio = mixup_partner(1, 2, index, 40, 1.0, pool=pool)
         assert partner in pool and 0 < ratio < 1
     assert mosaic_partners(1, 2, 0, 40, 0.0) is None and mixup_partner(1, 2, 0, 40, 0.0) is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_copying_only_the_sampled_region_changes_no_pixel(samples, cache, workers):
+    """The loader copies onto a canvas only what the warp can read of it (a mosaic part: about a quarter
+    of its image); the batches the device makes are bit for bit those of whole copies, also from workers
+    whose reused buffers still hold earlier batches' pixels elsewhere."""
+    augment = AugmentParams(degrees=10, scale=(0.4, 1.6), translate=0.2, mosaic=0.7, mixup=0.4, flipud=0.5)
+    kwargs = dict(cache=cache, augment=augment, augment_on="device", **KW)
+    whole = build_loader(samples, workers=0, **kwargs)
+    whole.dataset.copy_whole = True
+    reference = [b[0] for epoch in range(3) for b in _epoch_batches(whole, epoch)]
+    loader = build_loader(samples, workers=workers, prefetch_factor=1, **kwargs)
+    assert loader.dataset.copy_whole is False
+    got = [b[0] for epoch in range(3) for b in _epoch_batches(loader, epoch)]
+    assert len(got) == len(reference)
+    for expected, batch in zip(reference, got, strict=True):
+        assert torch.equal(expected, batch)
+
+
+def test_a_mosaic_part_reads_only_part_of_its_canvas():
+    from turboyolo.data.augment import plan_mosaic
+    from turboyolo.data.device_augment import plan_mosaic_parts, sampled_region
+
+    rng = np.random.default_rng(0)
+    params = AugmentParams(mosaic=1.0)
+    shares = []
+    for _ in range(20):
+        hws = [(int(rng.integers(60, 129)), 128) for _ in range(4)]
+        plan = plan_mosaic([(np.zeros((0, 5), np.float32), hw) for hw in hws], 96, params,
+                           np.random.default_rng(int(rng.integers(1 << 30))))
+        thetas, rects = plan_mosaic_parts(plan, hws, hws, 128, 96)
+        for theta, rect in zip(thetas, rects, strict=True):
+            x0, y0, x1, y1 = sampled_region(theta, rect, 128, 96)
+            shares.append((x1 - x0) * (y1 - y0) / 128 ** 2)
+    assert max(shares) <= 1 and np.mean(shares) < 0.6  # about a quarter of the canvas, not all of it

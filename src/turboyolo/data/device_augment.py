@@ -105,15 +105,55 @@ def plan_mosaic_parts(plan: MosaicPlan, stored_hws: list[tuple[int, int]], orig_
     return thetas, rects
 
 
-def place_on_canvas(image: np.ndarray, canvas: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Copy ``image`` ``[h, w, 3]`` into the top-left of a ``[canvas, canvas, 3]`` array filled grey."""
+def place_on_canvas(image: np.ndarray, canvas: int, out: np.ndarray | None = None,
+                    region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+    """Copy ``image`` ``[h, w, 3]`` into the top-left of a ``[canvas, canvas, 3]`` array filled grey;
+    with ``region`` (x0, y0, x1, y1; ends exclusive) only that part of the canvas is written (the rest of
+    ``out`` keeps what it held)."""
     if out is None:
         out = np.empty((canvas, canvas, 3), np.uint8)
+    x0, y0, x1, y1 = (0, 0, canvas, canvas) if region is None else region
+    if x1 <= x0 or y1 <= y0:
+        return out
     height, width = image.shape[:2]
-    out[:height, :width] = image
-    out[height:] = FILL_VALUE
-    out[:height, width:] = FILL_VALUE
+    rows, cols = min(y1, height), min(x1, width)  # the image's part of the region ends here
+    if rows > y0 and cols > x0:
+        out[y0:rows, x0:cols] = image[y0:rows, x0:cols]
+    if y1 > max(y0, height):
+        out[max(y0, height):y1, x0:x1] = FILL_VALUE
+    if x1 > max(x0, width) and rows > y0:
+        out[y0:rows, max(x0, width):x1] = FILL_VALUE
     return out
+
+
+SAMPLE_MARGIN = 2  # canvas pixels around the computed taps: float32 grids round differently from float64
+
+
+def sampled_region(theta: np.ndarray, rect, canvas: int, out_size: int) -> tuple[int, int, int, int]:
+    """The canvas pixels (x0, y0, x1, y1; ends exclusive) that :func:`warp_batch` can read for the
+    output pixels inside ``rect`` (x1, y1, x2, y2) under ``theta``: the bilinear taps of the rect's
+    corner pixels (the map is affine, so they bound every pixel's), plus :data:`SAMPLE_MARGIN`.
+
+    A mosaic part fills a quadrant of the output, so it reads about a quarter of its image: the loader
+    copies only this region onto the canvas (the device masks each part to its rect, so what the rest of
+    a reused canvas holds is multiplied by zero), not the whole image.
+    """
+    rx1, ry1, rx2, ry2 = (int(v) for v in rect)
+    if rx2 <= rx1 or ry2 <= ry1:
+        return 0, 0, 0, 0
+    # output pixel centres in affine_grid's normalised coordinates (align_corners=False)
+    xs = (2 * np.array([rx1 + 0.5, rx2 - 0.5, rx1 + 0.5, rx2 - 0.5]) / out_size) - 1
+    ys = (2 * np.array([ry1 + 0.5, ry1 + 0.5, ry2 - 0.5, ry2 - 0.5]) / out_size) - 1
+    t = np.asarray(theta, np.float64)
+    u = (t[0, 0] * xs + t[0, 1] * ys + t[0, 2] + 1) * canvas / 2 - 0.5  # grid_sample's source pixel
+    v = (t[1, 0] * xs + t[1, 1] * ys + t[1, 2] + 1) * canvas / 2 - 0.5
+    if not (np.isfinite(u).all() and np.isfinite(v).all()):
+        return 0, 0, canvas, canvas
+    x0 = min(max(int(np.floor(u.min())) - SAMPLE_MARGIN, 0), canvas)
+    y0 = min(max(int(np.floor(v.min())) - SAMPLE_MARGIN, 0), canvas)
+    x1 = min(max(int(np.floor(u.max())) + 2 + SAMPLE_MARGIN, 0), canvas)
+    y1 = min(max(int(np.floor(v.max())) + 2 + SAMPLE_MARGIN, 0), canvas)
+    return x0, y0, x1, y1
 
 
 def warp_batch(images: torch.Tensor, theta: torch.Tensor, out_size: int) -> torch.Tensor:

@@ -40,6 +40,7 @@ from turboyolo.data.device_augment import (
     place_on_canvas,
     plan_mosaic_parts,
     plan_sample,
+    sampled_region,
 )
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, MetaBatch, _worker_init
 from turboyolo.data.sampler import Requests
@@ -116,6 +117,7 @@ class DeviceAugmentDataset(DetectionDataset):
         super().__init__(samples, augment, decode_size, seed, cache)
         self.canvas = max(decode_size, cache.size if cache is not None else 0)
         self.pin = pin
+        self.copy_whole = False  # True: every image copied whole onto its canvas (not only what is sampled)
         self.ring = 0  # > 0: a worker reuses this many shared buffers in turn (set by the loader)
         self._buffers: list[torch.Tensor] = []  # oldest first
 
@@ -209,8 +211,9 @@ class DeviceAugmentDataset(DetectionDataset):
         canvases = buffer.numpy()
         part = 0
         for sub in subs:
-            for image in sub.images:
-                place_on_canvas(image, self.canvas, out=canvases[part])
+            for image, theta, rect in zip(sub.images, sub.thetas, sub.rects, strict=True):
+                region = None if self.copy_whole else sampled_region(theta, rect, self.canvas, size)
+                place_on_canvas(image, self.canvas, out=canvases[part], region=region)
                 part += 1
         theta = torch.from_numpy(np.concatenate([sub.thetas for sub in subs]))
         hsv = torch.from_numpy(np.stack([sub.hsv for sub in subs]).astype(np.float32))
