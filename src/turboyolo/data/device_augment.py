@@ -16,6 +16,7 @@ blends two such images with the CPU path's weight (:class:`PartLayout` says whic
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,18 +142,21 @@ def sampled_region(theta: np.ndarray, rect, canvas: int, out_size: int) -> tuple
     rx1, ry1, rx2, ry2 = (int(v) for v in rect)
     if rx2 <= rx1 or ry2 <= ry1:
         return 0, 0, 0, 0
-    # output pixel centres in affine_grid's normalised coordinates (align_corners=False)
-    xs = (2 * np.array([rx1 + 0.5, rx2 - 0.5, rx1 + 0.5, rx2 - 0.5]) / out_size) - 1
-    ys = (2 * np.array([ry1 + 0.5, ry1 + 0.5, ry2 - 0.5, ry2 - 0.5]) / out_size) - 1
-    t = np.asarray(theta, np.float64)
-    u = (t[0, 0] * xs + t[0, 1] * ys + t[0, 2] + 1) * canvas / 2 - 0.5  # grid_sample's source pixel
-    v = (t[1, 0] * xs + t[1, 1] * ys + t[1, 2] + 1) * canvas / 2 - 0.5
-    if not (np.isfinite(u).all() and np.isfinite(v).all()):
+    (a, b, c), (d, e, f) = (tuple(float(x) for x in row) for row in theta)  # plain floats: 4 points only
+    # the corner pixels' centres in affine_grid's normalised coordinates (align_corners=False)
+    xs = (2 * (rx1 + 0.5) / out_size - 1, 2 * (rx2 - 0.5) / out_size - 1)
+    ys = (2 * (ry1 + 0.5) / out_size - 1, 2 * (ry2 - 0.5) / out_size - 1)
+    us = [(a * x + b * y + c + 1) * canvas / 2 - 0.5 for x in xs for y in ys]  # grid_sample's source px
+    vs = [(d * x + e * y + f + 1) * canvas / 2 - 0.5 for x in xs for y in ys]
+    if not all(math.isfinite(value) for value in us + vs):
         return 0, 0, canvas, canvas
-    x0 = min(max(int(np.floor(u.min())) - SAMPLE_MARGIN, 0), canvas)
-    y0 = min(max(int(np.floor(v.min())) - SAMPLE_MARGIN, 0), canvas)
-    x1 = min(max(int(np.floor(u.max())) + 2 + SAMPLE_MARGIN, 0), canvas)
-    y1 = min(max(int(np.floor(v.max())) + 2 + SAMPLE_MARGIN, 0), canvas)
+
+    def bounds(values: list[float]) -> tuple[int, int]:
+        low = math.floor(min(values)) - SAMPLE_MARGIN
+        high = math.floor(max(values)) + 2 + SAMPLE_MARGIN  # a tap reads pixel floor(u) + 1 too
+        return min(max(low, 0), canvas), min(max(high, 0), canvas)
+
+    (x0, x1), (y0, y1) = bounds(us), bounds(vs)
     return x0, y0, x1, y1
 
 
