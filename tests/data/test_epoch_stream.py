@@ -11,6 +11,7 @@ import torch
 from synth import make_image_folder
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import prepare_cache
+from turboyolo.data.loader import move_to_device
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 
@@ -38,8 +39,9 @@ def _run(loader, streamed: bool, epochs=range(EPOCHS)):
         iterator = iter(loader)
         for _ in range(len(loader)):
             images, targets, metas = next(iterator)
-            images = images.canvases if hasattr(images, "canvases") else images
-            batches.append((images.clone(), targets.clone(), [str(m.path) for m in metas]))
+            # what training sees (a device batch's canvases hold only what the warp reads)
+            images = move_to_device(images, "cpu") if hasattr(images, "to_device") else images.clone()
+            batches.append((images, targets.clone(), [str(m.path) for m in metas]))
         out.append((batches, dict(loader.epoch_decoded)))
         if streamed and loader.workers:
             first_stream = first_stream or loader._stream
@@ -74,8 +76,8 @@ def test_streamed_epochs_are_the_epochs_alone(samples, augment_on):
     # the closed last epoch has no mosaic: its batches differ from what a mixing epoch would give
     mixing = _loader(samples, 0, augment_on)
     mixing.set_epoch(EPOCHS - 1, mix=True)
-    first = next(iter(mixing))
-    first = first[0].canvases if hasattr(first[0], "canvases") else first[0]
+    first = next(iter(mixing))[0]
+    first = move_to_device(first, "cpu") if hasattr(first, "to_device") else first
     assert not torch.equal(first, reference[-1][0][0][0])
 
 
