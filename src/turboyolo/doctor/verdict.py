@@ -129,7 +129,7 @@ class _Figures:
 
     source: float  # reading an image: the cache, or decoding the original
     aug: float  # the CPU augmentation (or the CPU side of --augment-on device)
-    overhead: float  # the loader's remaining cost: collating, handing batches over
+    overhead: float  # the loader's remaining cost: mosaic parts and boxes, collating, handing over
     cost: float  # a loader core's seconds per image, all of the above
     demand: float  # images/s the step consumes
     supply: float  # images/s the loader delivers
@@ -216,7 +216,8 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
     what = {"decode": "reading and decoding the original images",
             "cache read": "reading the prepared cache",
             "augment": "the CPU augmentation",
-            "hand-off": "collating and handing batches to the main process",
+            "hand-off": ("the loader's work beyond reading and warping one sample (mosaic parts and "
+                         "their boxes, collating, handing batches to the main process)"),
             "workers": "too few loader workers"}[bottleneck]
     share = f"{1000 * parts[worst]:.1f} ms of the {1000 * f.cost:.1f} ms each image costs a loader core"
     return bottleneck, (
