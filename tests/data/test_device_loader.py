@@ -261,13 +261,25 @@ def test_partners_come_from_the_pool_the_key_carries():
     assert mosaic_partners(1, 2, 0, 40, 0.0) is None and mixup_partner(1, 2, 0, 40, 0.0) is None
 
 
+REGION_AUGMENTS = {  # mosaics and mixups (each part masked to its rect), and single images (not masked)
+    "mosaic": AugmentParams(degrees=10, scale=(0.4, 1.6), translate=0.2, mosaic=0.7, mixup=0.4, flipud=0.5),
+    "single": AugmentParams(degrees=15, scale=(0.3, 1.8), translate=0.3, flipud=0.5),
+}
+
+
+@pytest.mark.parametrize("shape", ["landscape", "portrait"])
+@pytest.mark.parametrize("kind", list(REGION_AUGMENTS))
 @pytest.mark.parametrize("workers", [0, 2])
-def test_copying_only_the_sampled_region_changes_no_pixel(samples, cache, workers):
+def test_copying_only_the_sampled_region_changes_no_pixel(tmp_path, isolated_cache, workers, kind, shape):
     """The loader copies onto a canvas only what the warp can read of it (a mosaic part: about a quarter
     of its image); the batches the device makes are bit for bit those of whole copies, also from workers
-    whose reused buffers still hold earlier batches' pixels elsewhere."""
-    augment = AugmentParams(degrees=10, scale=(0.4, 1.6), translate=0.2, mosaic=0.7, mixup=0.4, flipud=0.5)
-    kwargs = dict(cache=cache, augment=augment, augment_on="device", **KW)
+    whose reused buffers still hold earlier batches' pixels elsewhere. Landscape and portrait images (the
+    fill below and right of a stored image), mosaics (masked parts) and single images (every tap must lie
+    in the region)."""
+    make_dataset(tmp_path, count=9, size=(90, 120) if shape == "landscape" else (120, 80))
+    samples = scan_dataset(tmp_path / "images", "train").samples
+    cache = prepare_cache(samples, 128, None, memory="ram", workers=1, log=lambda *_: None)
+    kwargs = dict(cache=cache, augment=REGION_AUGMENTS[kind], augment_on="device", **KW)
     whole = build_loader(samples, workers=0, **kwargs)
     whole.dataset.copy_whole = True
     reference = [b[0] for epoch in range(3) for b in _epoch_batches(whole, epoch)]

@@ -127,7 +127,8 @@ class DeviceAugmentDataset(DetectionDataset):
         """A ``[count, canvas, canvas, 3]`` uint8 buffer for a batch's canvases, reused in turn.
 
         In a worker, shared memory from the start: the hand-over to the main process sends a handle, not
-        bytes. In-process, page-locked when pinning. Reused in turn: a worker has at most
+        bytes. In-process and pinning: a fresh page-locked buffer each time (see below). Otherwise reused
+        in turn: a worker has at most
         prefetch_factor batches in flight and the consumer holds one more, so with ring >=
         prefetch_factor + 2 a buffer is free again when its turn comes (no new pages, no new mapping:
         a fresh 4 MB buffer per batch cost the in-process path a third of its time, by the allocator's
@@ -141,7 +142,11 @@ class DeviceAugmentDataset(DetectionDataset):
             return _shared_uint8(shape) if in_worker else torch.empty(shape, dtype=torch.uint8,
                                                                       pin_memory=self.pin)
 
-        if self.ring <= 0:
+        if self.ring <= 0 or (self.pin and not in_worker):
+            # in-process and page-locked: a non-blocking copy to the GPU may still read this buffer when
+            # the loader makes the next batches (the step syncs once per iteration, after up to
+            # `subdivisions` batches); PyTorch's pinned allocator waits for that copy before it hands the
+            # memory out again, a ring would not
             return fresh()
         if self._ring_pid != os.getpid():
             self._buffers, self._ring_pid = [], os.getpid()
@@ -263,9 +268,10 @@ def _whole_batch(batch):
 class DeviceAugmentLoader(DetectionLoader):
     """:class:`DetectionLoader` over a :class:`DeviceAugmentDataset` (same sampler, epochs, replacements).
 
-    With workers, a batch's ``canvases`` live in a shared buffer that its worker reuses
-    ``prefetch_factor + 2`` batches later: consume each batch (``move_to_device``, which the pinning
+    A batch's ``canvases`` live in a buffer that its process (a worker, or in-process without pinning)
+    reuses ``prefetch_factor + 2`` batches later: consume each batch (``move_to_device``, which the pinning
     thread's copy precedes on CUDA) before keeping the next; keep ``canvases.clone()`` to hold one longer.
+    The canvases hold only what the device's warp reads of each image (``sampled_region``).
     """
 
     def __init__(self, dataset: DeviceAugmentDataset, batch_sampler, workers: int, prefetch_factor: int = 4,
