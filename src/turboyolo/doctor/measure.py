@@ -26,7 +26,7 @@ import torch
 from turboyolo.data.augment import AugmentParams, augment_sample, sample_rng
 from turboyolo.data.cache import default_cache_root, estimate_bytes, prepare_cache
 from turboyolo.data.decode import decode_image
-from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_sample
+from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_sample, sampled_region
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, scan_dataset
@@ -250,9 +250,9 @@ def measure_per_image(subset: Sequence[Sample], options: DoctorOptions, params: 
                                                      sample_rng(0, 0, 0)), decoded, repeats)
     canvas = np.empty((size, size, 3), np.uint8)
 
-    def device_plan(d):
-        plan_sample(d[1].shape[:2], d[2], d[0].labels, size, size, params, sample_rng(0, 0, 0))
-        place_on_canvas(d[1], size, out=canvas)
+    def device_plan(d):  # as the loader does it: the numbers, then the region the warp reads
+        theta = plan_sample(d[1].shape[:2], d[2], d[0].labels, size, size, params, sample_rng(0, 0, 0))[0]
+        place_on_canvas(d[1], size, out=canvas, region=sampled_region(theta, (0, 0, size, size), size, size))
 
     device_plan_s = median_pass(device_plan, decoded, repeats)
     log(f"  decode {1000 * decode_s:.2f} ms, cache read {1000 * cache_read_s:.3f} ms, augment "
