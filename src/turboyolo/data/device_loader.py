@@ -285,7 +285,7 @@ class DeviceAugmentLoader(DetectionLoader):
         self._requests_of = _one_request_per_batch
         self._requests = Requests(batch_sampler)
         self._loader = self._make(self._requests, workers)
-        self._reset_reports()
+        self._init_state()
 
     @staticmethod
     def _flat(delivered):

@@ -273,7 +273,7 @@ class DetectionLoader:
         self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=self._requests, num_workers=workers,
                                                    collate_fn=collate_group, pin_memory=self.pin_memory,
                                                    **kwargs)
-        self._reset_reports()
+        self._init_state()
 
     @staticmethod
     def _flat(delivered):
@@ -281,8 +281,9 @@ class DetectionLoader:
         for group in delivered:
             yield from group
 
-    def _reset_reports(self) -> None:
-        self._plan = _MixPlan(self.batch_sampler)  # see set_epoch
+    def _init_state(self) -> None:
+        """At construction: the epoch stream's state (see set_epoch) and the broken-sample reports."""
+        self._plan = _MixPlan(self.batch_sampler)
         self._stream: _Stream | None = None
         self.replaced: list[tuple[str, str]] = []  # (path, reason) of every replacement, all epochs
         self.epoch_replaced: list[tuple[str, str]] = []  # the current/last epoch only
@@ -421,7 +422,7 @@ class _Stream:
     the epoch whose first batch comes next (None: in the middle of one)."""
 
     def __init__(self, chain: EpochChain, delivered):
-        self.chain, self.next_epoch = chain, chain.epoch
+        self.chain, self.next_epoch = chain, None  # DetectionLoader._streamed moves it
         self.batches = iter(delivered)
 
     def at(self, epoch: int, mix: bool) -> bool:
