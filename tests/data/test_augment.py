@@ -15,6 +15,8 @@ from turboyolo.data.augment import (
     letterbox_matrix,
     mosaic_sample,
     sample_rng,
+    transform_boxes,
+    transform_boxes_parts,
 )
 
 OUT = 128
@@ -190,3 +192,37 @@ def test_mosaic_boxes_follow_pixels(scenes_, seed):
             h, w, box, _, _ = scenes_[k]
             assert min(xs.max() - xs.min(), ys.max() - ys.min()) + 1 < params.min_box_px + 2 or \
                 mask.sum() < 0.5 * (box[2] - box[0]) * (box[3] - box[1]) * (OUT / max(h, w) * 1.4) ** 2
+
+
+def _random_part(rng, rotate):
+    n = int(rng.integers(0, 9))
+    labels = np.column_stack([rng.integers(0, 5, n), rng.uniform(-0.1, 1.1, (n, 2)),
+                              rng.uniform(0.0, 0.9, (n, 2))]).astype(np.float32)
+    hw = (int(rng.integers(20, 5000)), int(rng.integers(20, 5000)))
+    s = rng.uniform(0.01, 3.0)
+    if rotate:
+        a = rng.uniform(-np.pi, np.pi)
+        matrix = np.array([[s * np.cos(a), -s * np.sin(a), rng.uniform(-300, 300)],
+                           [s * np.sin(a), s * np.cos(a), rng.uniform(-300, 300)]])
+    else:
+        sy = s * rng.uniform(0.5, 2)
+        matrix = np.array([[s, 0.0, rng.uniform(-300, 300)], [0.0, sy, rng.uniform(-300, 300)]])
+    x1, y1 = (int(v) for v in rng.integers(0, 300, 2))
+    clip = (x1, y1, x1 + int(rng.integers(0, 400)), y1 + int(rng.integers(0, 400)))
+    return labels, hw, matrix, clip
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("out_size", [416, (640, 384)])
+def test_transform_boxes_parts_is_each_part_bit_for_bit(rotate, out_size):
+    """A mosaic's boxes in one pass are exactly the per-image results, concatenated: every value, the
+    rows kept and their order (tiny, outside and partly clipped boxes among random ones)."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        parts = [_random_part(rng, rotate) for _ in range(int(rng.integers(1, 5)))]
+        min_px, visible = float(rng.choice([0.0, 2.0, 5.5])), float(rng.choice([0.0, 0.25, 0.6]))
+        expected = np.concatenate([transform_boxes(labels, hw, matrix, out_size, min_px, visible, clip)
+                                   for labels, hw, matrix, clip in parts])
+        got = transform_boxes_parts(parts, out_size, min_px, visible)
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))

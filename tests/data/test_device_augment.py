@@ -23,6 +23,7 @@ from turboyolo.data.device_augment import (
     place_on_canvas,
     plan_mosaic_parts,
     plan_sample,
+    thetas_for,
 )
 
 
@@ -144,3 +145,22 @@ def test_device_mosaic_with_colour_matches_cpu(seed):
     np.testing.assert_array_equal(dev_boxes, cpu_boxes)
     # OpenCV quantises H/S/V to 8 bits (hue to 2 degrees); the device is continuous
     assert np.abs(dev_img - cpu_img).mean() < 1.5
+
+
+def test_thetas_of_many_images_are_each_images_bit_for_bit():
+    """The batched theta (a mosaic's 4 parts at once) is the one 2-D matrix algebra gives each image
+    alone: stored px -> original px -> output px, inverted, between the normalised frames."""
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        count, canvas, out = int(rng.integers(1, 9)), int(rng.integers(64, 800)), int(rng.choice([256, 608]))
+        matrices = rng.uniform(-3, 3, (count, 2, 3)) * [1, 1, 200]
+        stored = [(int(rng.integers(10, 700)), int(rng.integers(10, 700))) for _ in range(count)]
+        orig = [(int(rng.integers(10, 6000)), int(rng.integers(10, 6000))) for _ in range(count)]
+        got = thetas_for(matrices, stored, orig, canvas, out)
+        for k in range(count):
+            to_orig = np.diag([orig[k][1] / stored[k][1], orig[k][0] / stored[k][0], 1.0])
+            stored_to_out = np.vstack([matrices[k], [0.0, 0.0, 1.0]]) @ to_orig
+            from_out = np.array([[out / 2, 0, out / 2], [0, out / 2, out / 2], [0, 0, 1.0]])
+            to_canvas = np.array([[2 / canvas, 0, -1], [0, 2 / canvas, -1], [0, 0, 1.0]])
+            expected = (to_canvas @ np.linalg.inv(stored_to_out) @ from_out)[:2].astype(np.float32)
+            assert np.array_equal(got[k], expected)

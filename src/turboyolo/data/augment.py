@@ -13,6 +13,7 @@ so results do not depend on the number of workers or processes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -187,16 +188,44 @@ def transform_boxes(labels: np.ndarray, orig_hw: tuple[int, int], matrix: np.nda
     if len(labels) == 0:
         return np.zeros((0, 5), dtype=np.float32)
     h, w = orig_hw
+    out_w, out_h = out_wh(out_size)
+    return _moved_boxes(labels, w, h, matrix, clip if clip is not None else (0, 0, out_w, out_h),
+                        (out_w, out_h), min_box_px, min_visible)
+
+
+def transform_boxes_parts(parts: Sequence[tuple[np.ndarray, tuple[int, int], np.ndarray, tuple]],
+                          out_size: int | tuple[int, int], min_box_px: float = 2.0,
+                          min_visible: float = 0.25) -> np.ndarray:
+    """:func:`transform_boxes` of several images' boxes at once (a mosaic's 4 parts): ``parts`` is
+    (labels, orig_hw, matrix, clip) per image; returns the concatenation of the per-image results, bit
+    for bit (the same float operations, each row with its own image's numbers), in one pass."""
+    counts = [len(labels) for labels, *_ in parts]
+    if not any(counts):
+        return np.zeros((0, 5), dtype=np.float32)
+    if len({part[0].dtype for part in parts}) > 1:  # one concatenation would change their arithmetic
+        return np.concatenate([transform_boxes(labels, hw, matrix, out_size, min_box_px, min_visible, clip)
+                               for labels, hw, matrix, clip in parts])
+    labels = np.concatenate([part[0] for part in parts])
+    h, w = (np.repeat(np.array([part[1][k] for part in parts], np.float32), counts) for k in (0, 1))
+    matrix = np.repeat(np.stack([part[2] for part in parts]), counts, axis=0).transpose(1, 2, 0)[..., None]
+    clip = np.repeat(np.array([part[3] for part in parts], np.float64), counts, axis=0).T
+    return _moved_boxes(labels, w, h, matrix, tuple(clip), out_wh(out_size), min_box_px, min_visible)
+
+
+def _moved_boxes(labels: np.ndarray, w, h, matrix, clip, out_size: tuple[int, int], min_box_px: float,
+                 min_visible: float) -> np.ndarray:
+    """:func:`transform_boxes`'s arithmetic; ``w``, ``h``, ``matrix[i, j]`` and ``clip``'s 4 bounds are
+    numbers, or per-row arrays (float32 sizes, float64 [N, 1] matrix entries, float64 [N] bounds)."""
     cx, cy = labels[:, 1] * w, labels[:, 2] * h
     bw, bh = labels[:, 3] * w, labels[:, 4] * h
     xs = np.stack([cx - bw / 2, cx + bw / 2, cx + bw / 2, cx - bw / 2], axis=1).astype(np.float64)
     ys = np.stack([cy - bh / 2, cy - bh / 2, cy + bh / 2, cy + bh / 2], axis=1).astype(np.float64)
-    nx = matrix[0, 0] * xs + matrix[0, 1] * ys + matrix[0, 2]
-    ny = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2]
+    nx = matrix[0][0] * xs + matrix[0][1] * ys + matrix[0][2]
+    ny = matrix[1][0] * xs + matrix[1][1] * ys + matrix[1][2]
     x1, x2, y1, y2 = nx.min(1), nx.max(1), ny.min(1), ny.max(1)
     full_area = (x2 - x1) * (y2 - y1)
-    out_w, out_h = out_wh(out_size)
-    cx1, cy1, cx2, cy2 = clip if clip is not None else (0, 0, out_w, out_h)
+    out_w, out_h = out_size
+    cx1, cy1, cx2, cy2 = clip
     x1c, x2c = np.clip(x1, cx1, cx2), np.clip(x2, cx1, cx2)
     y1c, y2c = np.clip(y1, cy1, cy2), np.clip(y2, cy1, cy2)
     cw, ch = x2c - x1c, y2c - y1c
@@ -342,17 +371,16 @@ def plan_mosaic(parts: list[tuple[np.ndarray, tuple[int, int]]], out_size: int, 
     hsv = draw_hsv(rng, params.hue, params.saturation, params.exposure)
     flipud = bool(params.flipud > 0 and rng.random() < params.flipud)  # last: runs without it keep draws
     quadrants = ((0, 0, cx, cy), (cx, 0, size, cy), (0, cy, cx, size), (cx, cy, size, size))
-    matrices, all_boxes = [], []
-    for k, ((labels, orig_hw), quadrant) in enumerate(zip(parts, quadrants, strict=True)):
-        h, w = orig_hw
+    matrices = []
+    for k, (_, (h, w)) in enumerate(parts):
         s = size / max(h, w) * zooms[k]
         # the image's corner that touches the centre: bottom-right, bottom-left, top-right, top-left
         tx = cx - s * w if k in (0, 2) else cx
         ty = cy - s * h if k in (0, 1) else cy
         matrices.append(np.array([[s, 0.0, tx], [0.0, s, ty]]))
-        all_boxes.append(transform_boxes(labels, orig_hw, matrices[-1], size, params.min_box_px,
-                                         params.min_visible, clip=quadrant))
-    boxes = np.concatenate(all_boxes).astype(np.float32)
+    boxes = transform_boxes_parts([(labels, orig_hw, matrix, quadrant) for (labels, orig_hw), matrix, quadrant
+                                   in zip(parts, matrices, quadrants, strict=True)],
+                                  size, params.min_box_px, params.min_visible)
     if flip:
         boxes[:, 1] = 1.0 - boxes[:, 1]
     if flipud:

@@ -17,6 +17,7 @@ blends two such images with the CPU path's weight (:class:`PartLayout` says whic
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,14 +79,32 @@ def theta_for(matrix: np.ndarray, stored_hw: tuple[int, int], orig_hw: tuple[int
               out_size: int) -> np.ndarray:
     """``F.affine_grid``'s float32 ``[2, 3]`` (normalised output -> normalised canvas) of ``matrix``
     (original px -> output px) for an image stored at ``stored_hw`` in a canvas's top-left corner."""
+    return thetas_for(matrix[None], [stored_hw], [orig_hw], canvas, out_size)[0]
+
+
+def thetas_for(matrices: np.ndarray, stored_hws: Sequence[tuple[int, int]],
+               orig_hws: Sequence[tuple[int, int]], canvas: int, out_size: int) -> np.ndarray:
+    """:func:`theta_for` of ``P`` images at once: float64 ``[P, 2, 3]`` matrices -> float32 ``[P, 2, 3]``
+    (each exactly what it is alone)."""
+    count = len(matrices)
+    stored, orig = np.asarray(stored_hws, np.float64), np.asarray(orig_hws, np.float64)
     # stored px -> original px -> output px, as 3x3 (continuous coordinates: pixel i covers [i, i+1)).
-    to_orig = np.diag([orig_hw[1] / stored_hw[1], orig_hw[0] / stored_hw[0], 1.0])
-    stored_to_out = np.vstack([matrix, [0.0, 0.0, 1.0]]) @ to_orig
+    to_orig = np.zeros((count, 3, 3))
+    to_orig[:, 0, 0], to_orig[:, 1, 1] = orig[:, 1] / stored[:, 1], orig[:, 0] / stored[:, 0]
+    to_orig[:, 2, 2] = 1.0
+    stored_to_out = _homogeneous(matrices) @ to_orig
     # normalised output -> output px -> stored px -> normalised canvas
     from_norm_out = np.array([[out_size / 2, 0, out_size / 2], [0, out_size / 2, out_size / 2], [0, 0, 1.0]])
     to_norm_canvas = np.array([[2 / canvas, 0, -1], [0, 2 / canvas, -1], [0, 0, 1.0]])
     theta = to_norm_canvas @ np.linalg.inv(stored_to_out) @ from_norm_out
-    return theta[:2].astype(np.float32)
+    return theta[:, :2].astype(np.float32)
+
+
+def _homogeneous(matrices: np.ndarray) -> np.ndarray:
+    """``[P, 2, 3]`` affines -> ``[P, 3, 3]`` with the row (0, 0, 1)."""
+    full = np.zeros((len(matrices), 3, 3))
+    full[:, :2], full[:, 2, 2] = matrices, 1.0
+    return full
 
 
 def plan_mosaic_parts(plan: MosaicPlan, stored_hws: list[tuple[int, int]], orig_hws: list[tuple[int, int]],
@@ -95,14 +114,12 @@ def plan_mosaic_parts(plan: MosaicPlan, stored_hws: list[tuple[int, int]], orig_
     pixels each part fills, its quadrant after the flips)."""
     flips = np.diag([-1.0 if plan.flip else 1.0, -1.0 if plan.flipud else 1.0, 1.0])
     flips[:2, 2] = (out_size if plan.flip else 0.0, out_size if plan.flipud else 0.0)  # x -> size - x
-    thetas = np.empty((4, 2, 3), np.float32)
-    rects = np.empty((4, 4), np.int32)
-    for k, (matrix, (x1, y1, x2, y2)) in enumerate(zip(plan.matrices, plan.quadrants, strict=True)):
-        flipped = (flips @ np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2]
-        thetas[k] = theta_for(flipped, stored_hws[k], orig_hws[k], canvas, out_size)
-        x1, x2 = (out_size - x2, out_size - x1) if plan.flip else (x1, x2)
-        y1, y2 = (out_size - y2, out_size - y1) if plan.flipud else (y1, y2)
-        rects[k] = (x1, y1, x2, y2)
+    thetas = thetas_for((flips @ _homogeneous(plan.matrices))[:, :2], stored_hws, orig_hws, canvas, out_size)
+    rects = np.array(plan.quadrants, np.int32).reshape(-1, 4)
+    if plan.flip:
+        rects[:, [0, 2]] = out_size - rects[:, [2, 0]]
+    if plan.flipud:
+        rects[:, [1, 3]] = out_size - rects[:, [3, 1]]
     return thetas, rects
 
 
