@@ -16,7 +16,6 @@ blends two such images with the CPU path's weight (:class:`PartLayout` says whic
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,25 +155,34 @@ def sampled_region(theta: np.ndarray, rect, canvas: int, out_size: int) -> tuple
     copies only this region onto the canvas (the device masks each part to its rect, so what the rest of
     a reused canvas holds is multiplied by zero), not the whole image.
     """
-    rx1, ry1, rx2, ry2 = (int(v) for v in rect)
-    if rx2 <= rx1 or ry2 <= ry1:
-        return 0, 0, 0, 0
-    (a, b, c), (d, e, f) = (tuple(float(x) for x in row) for row in theta)  # plain floats: 4 points only
+    return tuple(int(v) for v in sampled_regions(np.asarray(theta)[None], np.asarray(rect)[None], canvas,
+                                                 out_size)[0])
+
+
+def sampled_regions(thetas: np.ndarray, rects: np.ndarray, canvas: int, out_size: int) -> np.ndarray:
+    """:func:`sampled_region` of ``P`` parts at once (``[P, 2, 3]`` thetas, ``[P, 4]`` rects): int64
+    ``[P, 4]``, the same numbers (float64 arithmetic in the same order)."""
+    rects = np.asarray(rects, np.int64).reshape(-1, 4)
+    rx1, ry1, rx2, ry2 = rects.T
+    t = np.asarray(thetas, np.float64).reshape(-1, 6)
     # the corner pixels' centres in affine_grid's normalised coordinates (align_corners=False)
-    xs = (2 * (rx1 + 0.5) / out_size - 1, 2 * (rx2 - 0.5) / out_size - 1)
-    ys = (2 * (ry1 + 0.5) / out_size - 1, 2 * (ry2 - 0.5) / out_size - 1)
-    us = [(a * x + b * y + c + 1) * canvas / 2 - 0.5 for x in xs for y in ys]  # grid_sample's source px
-    vs = [(d * x + e * y + f + 1) * canvas / 2 - 0.5 for x in xs for y in ys]
-    if not all(math.isfinite(value) for value in us + vs):
-        return 0, 0, canvas, canvas
-
-    def bounds(values: list[float]) -> tuple[int, int]:
-        low = math.floor(min(values)) - SAMPLE_MARGIN
-        high = math.floor(max(values)) + 2 + SAMPLE_MARGIN  # a tap reads pixel floor(u) + 1 too
-        return min(max(low, 0), canvas), min(max(high, 0), canvas)
-
-    (x0, x1), (y0, y1) = bounds(us), bounds(vs)
-    return x0, y0, x1, y1
+    xs = np.stack([2 * (rx1 + 0.5) / out_size - 1, 2 * (rx2 - 0.5) / out_size - 1], axis=1)[:, :, None]
+    ys = np.stack([2 * (ry1 + 0.5) / out_size - 1, 2 * (ry2 - 0.5) / out_size - 1], axis=1)[:, None, :]
+    corner = (len(rects), 4)  # grid_sample's source px of the 4 corners
+    us = ((t[:, 0, None, None] * xs + t[:, 1, None, None] * ys + t[:, 2, None, None] + 1) * canvas / 2
+          - 0.5).reshape(corner)
+    vs = ((t[:, 3, None, None] * xs + t[:, 4, None, None] * ys + t[:, 5, None, None] + 1) * canvas / 2
+          - 0.5).reshape(corner)
+    with np.errstate(invalid="ignore"):
+        low = np.floor(np.stack([us.min(1), vs.min(1)], axis=1)) - SAMPLE_MARGIN
+        # a tap reads pixel floor(u) + 1 too
+        high = np.floor(np.stack([us.max(1), vs.max(1)], axis=1)) + 2 + SAMPLE_MARGIN
+    finite = np.isfinite(us).all(1) & np.isfinite(vs).all(1)
+    low, high = np.clip(np.nan_to_num(low), 0, canvas), np.clip(np.nan_to_num(high), 0, canvas)
+    out = np.stack([low[:, 0], low[:, 1], high[:, 0], high[:, 1]], axis=1).astype(np.int64)
+    out[~finite] = (0, 0, canvas, canvas)
+    out[(rx2 <= rx1) | (ry2 <= ry1)] = 0
+    return out
 
 
 def warp_batch(images: torch.Tensor, theta: torch.Tensor, out_size: int) -> torch.Tensor:

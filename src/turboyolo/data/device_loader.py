@@ -41,7 +41,7 @@ from turboyolo.data.device_augment import (
     place_on_canvas,
     plan_mosaic_parts,
     plan_sample,
-    sampled_region,
+    sampled_regions,
 )
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, MetaBatch, _worker_init
 from turboyolo.data.sampler import Requests
@@ -227,13 +227,14 @@ class DeviceAugmentDataset(DetectionDataset):
         part_count = sum(len(sub.images) for sub in subs)
         buffer = self._buffer(part_count)
         canvases = buffer.numpy()
-        part = 0
-        for sub in subs:
-            for image, theta, rect in zip(sub.images, sub.thetas, sub.rects, strict=True):
-                region = None if self.copy_whole else sampled_region(theta, rect, self.canvas, size)
-                place_on_canvas(image, self.canvas, out=canvases[part], region=region)
-                part += 1
-        theta = torch.from_numpy(np.concatenate([sub.thetas for sub in subs]))
+        thetas = np.concatenate([sub.thetas for sub in subs])
+        rects = np.concatenate([sub.rects for sub in subs])
+        images = [image for sub in subs for image in sub.images]
+        regions = ([None] * len(images) if self.copy_whole
+                   else sampled_regions(thetas, rects, self.canvas, size).tolist())
+        for part, (image, region) in enumerate(zip(images, regions, strict=True)):
+            place_on_canvas(image, self.canvas, out=canvases[part], region=region)
+        theta = torch.from_numpy(thetas)
         hsv = torch.from_numpy(np.stack([sub.hsv for sub in subs]).astype(np.float32))
         rows = [np.concatenate([np.full((len(sub.boxes), 1), slot, np.float32), sub.boxes], axis=1)
                 for slot, composed in enumerate(slots) for sub in composed if len(sub.boxes)]
@@ -241,7 +242,7 @@ class DeviceAugmentDataset(DetectionDataset):
         layout = None
         if part_count != len(slots):
             layout = PartLayout(
-                torch.from_numpy(np.concatenate([sub.rects for sub in subs]).astype(np.int32)),
+                torch.from_numpy(rects.astype(np.int32)),
                 torch.from_numpy(np.repeat(np.arange(len(subs)), [len(sub.images) for sub in subs])),
                 torch.from_numpy(np.repeat(np.arange(len(slots)), [len(composed) for composed in slots])),
                 torch.from_numpy(np.concatenate(weights).astype(np.float32)), len(slots))
