@@ -17,7 +17,10 @@ on / off.
 
 Detection (batch 1): turboyolo's whole call (``Predictor.predict_arrays``: letterbox, forward, decode,
 NMS, boxes in original pixels) per backend against OpenCV DNN's forward alone (``readNetFromDarknet``,
-same cfg and weights) and onnxruntime's session run alone on turboyolo's ONNX export.
+same cfg and weights) and onnxruntime's session run alone on turboyolo's ONNX export; where the
+``openvino`` package is installed, also OpenVINO's infer alone on the same export (one thread, one
+stream, latency hint, float32 forced), the runtime measured as a candidate backend (not one: see
+docs/PERFORMANCE.md).
 
     .venv/bin/python bench/compute.py                        # both tables (about 10 minutes here)
     .venv/bin/python bench/compute.py train --rounds 3
@@ -261,8 +264,9 @@ def detect_models(arch: str, work: Path) -> tuple[Path, Path, str]:
 
 
 def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, dict[str, float]]:
-    """Medians (ms) of turboyolo's whole call per backend, OpenCV DNN's forward and onnxruntime's run on
-    turboyolo's export (raw heads), batch 1, one thread, alternating per round."""
+    """Medians (ms) of turboyolo's whole call per backend, OpenCV DNN's forward and onnxruntime's run (and
+    OpenVINO's infer, when installed) on turboyolo's export (raw heads), batch 1, one thread, alternating
+    per round."""
     import cv2
     import onnxruntime
     import torch
@@ -285,6 +289,14 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
     session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    try:
+        import openvino
+    except ImportError:
+        openvino = None
+    if openvino is not None:  # float32 forced: OpenVINO may default to bf16 where the CPU has it
+        request = openvino.Core().compile_model(str(onnx_path), "CPU", {
+            "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
     predictors = {name: Predictor.load(weights, cfg, device="cpu", backend=name)
                   for name in ("torch", "onnxruntime")}
     torch_runner = predictors["torch"].runner
@@ -301,6 +313,7 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, 
         "turboyolo whole call, onnxruntime": lambda: predictors["onnxruntime"].predict_arrays([image]),
         "OpenCV DNN forward only": opencv,
         "onnxruntime run only (turboyolo export)": lambda: session.run(None, {"images": blob}),
+        **({"OpenVINO infer only (turboyolo export)": lambda: request.infer({0: blob})} if openvino else {}),
         "part: letterbox": lambda: darknet_letterbox(image, 416, 416),
         "part: torch forward (folded, channels_last)": lambda: torch_runner(batch),
         "part: decode + NMS": lambda: postprocess(decode(raw, heads), 0.25, 0.45),
@@ -318,8 +331,17 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, 
 
 def detect_table(args) -> list[str]:
     work = Path(tempfile.mkdtemp(prefix="compute-detect-"))
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
+
     lines = [f"Detection, batch 1 at 416, {PHOTO.name}, 1 thread, CPU time, {args.rounds} rounds x "
-             f"{args.repeats} calls", ""]
+             f"{args.repeats} calls", ", ".join(f"{package} {installed(package)}" for package in (
+                 "torch", "onnxruntime", "openvino", "opencv-python-headless")), ""]
     for arch in args.archs.split(","):
         source, rows = detect_rows(arch, args.rounds, args.repeats, work)
         opencv, ort = rows["OpenCV DNN forward only"], rows["onnxruntime run only (turboyolo export)"]
