@@ -1,12 +1,15 @@
 """``augment_on="device"``: same batches (indices, boxes, metas) as the CPU path, pixels up to rounding."""
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from synth import make_image_folder as make_dataset
+from turboyolo.data import device_loader
+from turboyolo.data import loader as loader_module
 from turboyolo.data.augment import AugmentParams, mixup_partner, mosaic_partners
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.device_loader import CanvasBatch, check_device_augment, device_augment_unsupported
@@ -58,19 +61,28 @@ def test_device_path_matches_cpu_path(samples, cache, augment):
             assert diff.mean() < (1.0 if augment is None else 1.5)
 
 
-def test_workers_reuse_their_shared_buffers_safely(samples, cache):
-    # prefetch 1: each worker cycles through 3 buffers; 4 epochs x 3 batches = 6 per worker, so reused.
-    # Each batch is converted only after the next one arrived, as the training loop holds it (with a
+@pytest.mark.parametrize("batch_size, request_images, group", [(4, None, 2), (1, 2, 2)])
+def test_workers_reuse_their_shared_buffers_safely(samples, cache, monkeypatch, batch_size, request_images,
+                                                   group):
+    # prefetch 1: each worker cycles through 3 buffers, one per request (a request makes `group`
+    # consecutive batches in one buffer). Batch 4: 2 requests an epoch (2 batches, then 1), one per worker,
+    # reused across the 4 epochs; batch 1 with 2 images a request: 5 requests an epoch, reused inside
+    # it. Each batch is converted only after the next one arrived, as the training loop holds it (with a
     # ring of 1 this comparison fails).
-    kwargs = dict(cache=cache, augment=None, augment_on="device", **KW)
+    if request_images is not None:
+        monkeypatch.setattr(device_loader, "DEVICE_REQUEST_IMAGES", request_images)
+    # every buffer through shared memory (these tiny canvases would otherwise travel inside the pickle)
+    monkeypatch.setattr(loader_module, "SMALL_TENSOR_BYTES", 0)
+    kwargs = dict(cache=cache, augment=None, augment_on="device", **{**KW, "batch_size": batch_size})
     reference = [b[0] for b in _batches(build_loader(samples, workers=0, **kwargs), epochs=range(4))]
     loader = build_loader(samples, workers=2, prefetch_factor=1, **kwargs)
-    assert loader.dataset.ring == 3
+    assert loader.dataset.ring == 3 and loader.group == group
     converted, held = [], None
     for epoch in range(4):
         loader.set_epoch(epoch)
         for images, _, _ in loader:
             if held is not None:
+                time.sleep(0.02)  # a slow step: the workers have time to make (and write) what follows
                 converted.append(move_to_device(held, "cpu"))
             held = images
     converted.append(move_to_device(held, "cpu"))
@@ -307,3 +319,26 @@ def test_a_mosaic_part_reads_only_part_of_its_canvas():
             x0, y0, x1, y1 = sampled_region(theta, rect, 128, 96)
             shares.append((x1 - x0) * (y1 - y0) / 128 ** 2)
     assert max(shares) <= 1 and np.mean(shares) < 0.6  # about a quarter of the canvas, not all of it
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_batches_made_in_groups_are_the_batches_made_one_by_one(samples, cache, monkeypatch, workers):
+    """A request making several batches in one buffer (:class:`CanvasGroup`) changes no batch: canvases
+    as the device reads them, targets, metas and replacements equal those of one batch per request, with
+    mosaics and mixups (so groups hold varying canvas counts)."""
+    kwargs = dict(cache=cache, augment=AugmentParams(mosaic=0.7, mixup=0.4), augment_on="device",
+                  **{**KW, "batch_size": 2})
+
+    def made(request_images):
+        monkeypatch.setattr(device_loader, "DEVICE_REQUEST_IMAGES", request_images)
+        loader = build_loader(samples, workers=workers, **kwargs)
+        return loader.group, _batches(loader, epochs=range(3))
+
+    one_group, one_by_one = made(1)
+    grouped_size, grouped = made(6)
+    assert one_group == 1 and grouped_size > 1
+    assert len(grouped) == len(one_by_one)
+    for (gi, gt, gp, gm, gpad), (oi, ot, op, om, opad) in zip(grouped, one_by_one, strict=True):
+        assert torch.equal(gi, oi) and torch.equal(gt, ot) and gp == op
+        np.testing.assert_array_equal(gm, om)
+        np.testing.assert_array_equal(gpad, opad)

@@ -19,6 +19,7 @@ CUDA), shared memory in a worker process (so sending it to the main process copi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from turboyolo.data.device_augment import (
     sampled_regions,
 )
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, MetaBatch, _worker_init
-from turboyolo.data.sampler import Requests
+from turboyolo.data.sampler import BatchGroup, ConsecutiveGroups, Requests
 from turboyolo.errors import DataError
 
 
@@ -201,7 +202,26 @@ class DeviceAugmentDataset(DetectionDataset):
         composed.append(self._compose_plan(partner_loaded, partner, epoch, size, mix, failures, 1, pool))
         return composed, [ratio, 1.0 - ratio], loaded
 
-    def __getitem__(self, keys):
+    def __getitem__(self, request):
+        """One batch (``request`` = its keys): ``(CanvasBatch, targets, MetaBatch)``; or a
+        :class:`~turboyolo.data.sampler.BatchGroup` of consecutive batches: a :class:`CanvasGroup`, their
+        canvases in one buffer."""
+        if not isinstance(request, BatchGroup):
+            planned = self._plan_batch(request)
+            buffer = self._buffer(planned.parts)
+            return self._pack(planned, buffer)
+        batches = [self._plan_batch(keys) for keys in request]
+        buffer = self._buffer(sum(planned.parts for planned in batches))
+        items, start = [], 0
+        for planned in batches:
+            batch, targets, meta = self._pack(planned, buffer[start:start + planned.parts])
+            items.append((start, planned.parts, batch.theta, batch.hsv, batch.out_size, batch.layout,
+                          targets, meta))
+            start += planned.parts
+        return CanvasGroup(buffer, items)
+
+    def _plan_batch(self, keys) -> _PlannedBatch:
+        """A batch's numbers and the images to copy (loads in the CPU path's order), its metas."""
         size = keys[0][2]
         slots, failures_by_slot = [], {}
         for slot, key in enumerate(keys):
@@ -209,8 +229,6 @@ class DeviceAugmentDataset(DetectionDataset):
             slots.append(self._plan_slot(key, failures))
             if failures:
                 failures_by_slot[slot] = tuple(failures)
-        batch, targets = self._pack([composed for composed, _, _ in slots],
-                                    [weights for _, weights, _ in slots], size)
         count = len(keys)
         orig = np.array([loaded[1] for _, _, loaded in slots], np.int64).reshape(count, 2)
         ratio, pad = np.empty(count, np.float64), np.empty((count, 2), np.float64)
@@ -218,14 +236,17 @@ class DeviceAugmentDataset(DetectionDataset):
             _, ratio[slot], pad[slot] = letterbox_matrix((int(hw[0]), int(hw[1])), size)
         matrices = np.array([composed[0].matrix for composed, _, _ in slots], np.float64).reshape(count, 2, 3)
         paths = [str(self.samples[loaded[2]].image) for _, _, loaded in slots]
-        return batch, targets, MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot)
+        composed = [sub for sub, _, _ in slots]
+        return _PlannedBatch(composed, [weights for _, weights, _ in slots], size,
+                             sum(len(part.images) for slot in composed for part in slot),
+                             MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot))
 
-    def _pack(self, slots: list[list[_Composed]], weights: list[list[float]], size: int
-              ) -> tuple[CanvasBatch, torch.Tensor]:
-        """Copy every part's image into the batch buffer; gather the numbers and the targets."""
+    def _pack(self, planned: _PlannedBatch, buffer: torch.Tensor
+              ) -> tuple[CanvasBatch, torch.Tensor, MetaBatch]:
+        """Copy every part's image into ``buffer`` (``[planned.parts, canvas, canvas, 3]``); gather the
+        numbers and the targets."""
+        slots, weights, size = planned.slots, planned.weights, planned.size
         subs = [sub for composed in slots for sub in composed]
-        part_count = sum(len(sub.images) for sub in subs)
-        buffer = self._buffer(part_count)
         canvases = buffer.numpy()
         thetas = np.concatenate([sub.thetas for sub in subs])
         rects = np.concatenate([sub.rects for sub in subs])
@@ -240,13 +261,47 @@ class DeviceAugmentDataset(DetectionDataset):
                 for slot, composed in enumerate(slots) for sub in composed if len(sub.boxes)]
         targets = torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32))
         layout = None
-        if part_count != len(slots):
+        if planned.parts != len(slots):
             layout = PartLayout(
                 torch.from_numpy(rects.astype(np.int32)),
                 torch.from_numpy(np.repeat(np.arange(len(subs)), [len(sub.images) for sub in subs])),
                 torch.from_numpy(np.repeat(np.arange(len(slots)), [len(composed) for composed in slots])),
                 torch.from_numpy(np.concatenate(weights).astype(np.float32)), len(slots))
-        return CanvasBatch(buffer, theta, hsv, size, layout), targets
+        return CanvasBatch(buffer, theta, hsv, size, layout), targets, planned.meta
+
+
+@dataclass
+class _PlannedBatch:
+    """A batch planned but not yet copied: per slot its composed images and weights, the output size,
+    the number of canvases (parts) and the metas."""
+
+    slots: list[list[_Composed]]
+    weights: list[list[float]]
+    size: int
+    parts: int
+    meta: MetaBatch
+
+
+@dataclass
+class CanvasGroup:
+    """Consecutive batches made in one request: their canvases in one buffer (one hand-over to the main
+    process, one pinning copy), and per batch ``(start, parts, theta, hsv, out_size, layout, targets,
+    meta)``; :meth:`unpack` gives each batch as the loader yields it."""
+
+    buffer: torch.Tensor
+    items: list[tuple]
+
+    def unpack(self):
+        for start, parts, theta, hsv, out_size, layout, targets, meta in self.items:
+            yield CanvasBatch(self.buffer[start:start + parts], theta, hsv, out_size, layout), targets, meta
+
+    def pin_memory(self) -> CanvasGroup:
+        """Page-locked copies (DataLoader's pinning thread calls this): the buffer in one copy."""
+        buffer = self.buffer if self.buffer.is_pinned() else self.buffer.pin_memory()
+        items = [(start, parts, theta.pin_memory(), hsv.pin_memory(), out_size,
+                  None if layout is None else layout.pin_memory(), targets.pin_memory(), meta)
+                 for start, parts, theta, hsv, out_size, layout, targets, meta in self.items]
+        return CanvasGroup(buffer, items)
 
 
 def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -266,31 +321,55 @@ def _whole_batch(batch):
     return batch  # the dataset already returns a batch; DataLoader must not convert it
 
 
+DEVICE_REQUEST_IMAGES = 16  # images one request makes at least (consecutive batches, one buffer): what
+# the main process pays per request to receive it (the buffer's file descriptor over a socket, unpickling,
+# the DataLoader's bookkeeping: ~1 ms here) is then shared by that many images
+
+
+def device_group_size(batch_size: int, epoch_batches: int, workers: int) -> int:
+    """Batches per request of the device path's loader: enough for :data:`DEVICE_REQUEST_IMAGES` images,
+    but no more than leaves every worker a request in an epoch."""
+    group = max(1, -(-DEVICE_REQUEST_IMAGES // max(1, batch_size)))
+    if workers > 1:
+        group = min(group, max(1, -(-epoch_batches // workers)))
+    return group
+
+
 class DeviceAugmentLoader(DetectionLoader):
     """:class:`DetectionLoader` over a :class:`DeviceAugmentDataset` (same sampler, epochs, replacements).
 
-    A batch's ``canvases`` live in a buffer that its process (a worker, or in-process without pinning)
-    reuses ``prefetch_factor + 2`` batches later: consume each batch (``move_to_device``, which the pinning
-    thread's copy precedes on CUDA) before keeping the next; keep ``canvases.clone()`` to hold one longer.
-    The canvases hold only what the device's warp reads of each image (``sampled_region``).
+    A request makes :func:`device_group_size` consecutive batches with their canvases in one buffer (a
+    :class:`CanvasGroup`, yielded batch by batch). That buffer is reused by its process (a worker, or
+    in-process without pinning) a few requests later (``ring``): consume each batch
+    (``move_to_device``, which the pinning thread's copy precedes on CUDA) before keeping the next; keep
+    ``canvases.clone()`` to hold one longer. The canvases hold only what the device's warp reads of each
+    image (``sampled_region``).
     """
 
     def __init__(self, dataset: DeviceAugmentDataset, batch_sampler, workers: int, prefetch_factor: int = 4,
                  pin_memory: bool | None = None):
         self.dataset, self.batch_sampler, self.workers = dataset, batch_sampler, workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self.prefetch_factor = prefetch_factor
+        self.group = device_group_size(batch_sampler.batch_size, len(batch_sampler), workers)
+        # requests in flight per worker: the batches prefetch_factor asks for, and two requests at least
+        # where it asks for two batches or more
+        self.prefetch_factor = max(min(2, prefetch_factor), -(-prefetch_factor // self.group))
         # in-process, the buffer is allocated page-locked; from workers, DataLoader's thread pins it
         dataset.pin = self.pin_memory and workers == 0
-        dataset.ring = prefetch_factor + 2
-        self._requests_of = _one_request_per_batch
-        self._requests = Requests(batch_sampler)
+        dataset.ring = self.prefetch_factor + 2
+        self._requests_of = (functools.partial(ConsecutiveGroups, size=self.group) if self.group > 1
+                             else _one_request_per_batch)
+        self._requests = Requests(self._requests_of(batch_sampler))
         self._loader = self._make(self._requests, workers)
         self._init_state()
 
     @staticmethod
     def _flat(delivered):
-        yield from delivered
+        for item in delivered:
+            if isinstance(item, CanvasGroup):
+                yield from item.unpack()
+            else:
+                yield item
 
     def _make(self, sampler, workers: int) -> torch.utils.data.DataLoader:
         kwargs = {}

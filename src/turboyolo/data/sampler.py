@@ -255,6 +255,28 @@ class BatchGroup(list):
     """Batches (each a list of keys) that one worker makes in one go (:class:`BatchGroups`)."""
 
 
+class ConsecutiveGroups(torch.utils.data.Sampler):
+    """``sampler``'s batches ``size`` at a time, in order, as :class:`BatchGroup` s (the last may be
+    shorter): one request per group, whatever the batches' partner pools (the device path's loader, which
+    reads a prepared cache, makes a group's canvases in one buffer and hands it over once)."""
+
+    def __init__(self, sampler, size: int):
+        self.sampler, self.size = sampler, max(1, int(size))
+
+    def __iter__(self) -> Iterator[BatchGroup]:
+        group = BatchGroup()
+        for batch in self.sampler:
+            group.append(batch)
+            if len(group) >= self.size:
+                yield group
+                group = BatchGroup()
+        if group:
+            yield group
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.size)
+
+
 def round_up(size: int) -> int:
     """``size`` rounded up to a multiple of the network stride (:data:`SIZE_STEP`)."""
     return -(-int(size) // SIZE_STEP) * SIZE_STEP
