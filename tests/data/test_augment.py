@@ -209,6 +209,10 @@ def _random_part(rng, rotate):
         matrix = np.array([[s, 0.0, rng.uniform(-300, 300)], [0.0, sy, rng.uniform(-300, 300)]])
     x1, y1 = (int(v) for v in rng.integers(0, 300, 2))
     clip = (x1, y1, x1 + int(rng.integers(0, 400)), y1 + int(rng.integers(0, 400)))
+    if rng.random() < 0.1:  # numpy sizes and float64 labels promote otherwise: one image at a time
+        hw = tuple(np.int64(side) for side in hw)
+    if rng.random() < 0.1:
+        labels = labels.astype(np.float64)
     return labels, hw, matrix, clip
 
 

@@ -342,3 +342,19 @@ def test_batches_made_in_groups_are_the_batches_made_one_by_one(samples, cache, 
         assert torch.equal(gi, oi) and torch.equal(gt, ot) and gp == op
         np.testing.assert_array_equal(gm, om)
         np.testing.assert_array_equal(gpad, opad)
+
+
+def test_loader_timing_takes_whole_requests(samples, cache, monkeypatch):
+    """A timing of the device path starts and ends on a request's boundary: the warm-up takes the first
+    request's batches (made together), and the timed part ends with a request's last batch or its
+    epoch's; a window cutting a request would count its work without all of its images."""
+    from turboyolo.data.timing import measure_loader
+
+    monkeypatch.setattr(device_loader, "DEVICE_REQUEST_IMAGES", 4)
+    loader = build_loader(samples, workers=0, cache=cache, augment=None, augment_on="device", img_size=96,
+                          batch_size=2, shuffle=True, seed=5)
+    assert loader.group == 2 and len(loader) == 5  # 9 images: requests of 2 + 2 + 1 batches an epoch
+    m = measure_loader(loader, 4)
+    assert m.untimed_images == 4 and m.images == 4
+    m = measure_loader(loader, 6)  # the second request, the epoch's short last one, the next epoch's first
+    assert m.untimed_images == 4 and m.images == 4 + 1 + 4

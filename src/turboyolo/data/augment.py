@@ -202,7 +202,10 @@ def transform_boxes_parts(parts: Sequence[tuple[np.ndarray, tuple[int, int], np.
     counts = [len(labels) for labels, *_ in parts]
     if not any(counts):
         return np.zeros((0, 5), dtype=np.float32)
-    if len({part[0].dtype for part in parts}) > 1:  # one concatenation would change their arithmetic
+    if any(labels.dtype != np.float32 or labels.ndim != 2 or clip is None
+           or not all(type(side) is int for side in hw) for labels, hw, _, clip in parts):
+        # one pass does what float32 [N, 5] labels times Python-int sizes do (the loaders' case); other
+        # types promote otherwise, so they go one image at a time
         return np.concatenate([transform_boxes(labels, hw, matrix, out_size, min_box_px, min_visible, clip)
                                for labels, hw, matrix, clip in parts])
     labels = np.concatenate([part[0] for part in parts])

@@ -169,11 +169,11 @@ def sampled_regions(thetas: np.ndarray, rects: np.ndarray, canvas: int, out_size
     xs = np.stack([2 * (rx1 + 0.5) / out_size - 1, 2 * (rx2 - 0.5) / out_size - 1], axis=1)[:, :, None]
     ys = np.stack([2 * (ry1 + 0.5) / out_size - 1, 2 * (ry2 - 0.5) / out_size - 1], axis=1)[:, None, :]
     corner = (len(rects), 4)  # grid_sample's source px of the 4 corners
-    us = ((t[:, 0, None, None] * xs + t[:, 1, None, None] * ys + t[:, 2, None, None] + 1) * canvas / 2
-          - 0.5).reshape(corner)
-    vs = ((t[:, 3, None, None] * xs + t[:, 4, None, None] * ys + t[:, 5, None, None] + 1) * canvas / 2
-          - 0.5).reshape(corner)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite theta: the whole canvas, below
+        us = ((t[:, 0, None, None] * xs + t[:, 1, None, None] * ys + t[:, 2, None, None] + 1) * canvas / 2
+              - 0.5).reshape(corner)
+        vs = ((t[:, 3, None, None] * xs + t[:, 4, None, None] * ys + t[:, 5, None, None] + 1) * canvas / 2
+              - 0.5).reshape(corner)
         low = np.floor(np.stack([us.min(1), vs.min(1)], axis=1)) - SAMPLE_MARGIN
         # a tap reads pixel floor(u) + 1 too
         high = np.floor(np.stack([us.max(1), vs.max(1)], axis=1)) + 2 + SAMPLE_MARGIN

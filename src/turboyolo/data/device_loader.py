@@ -363,6 +363,11 @@ class DeviceAugmentLoader(DetectionLoader):
         self._loader = self._make(self._requests, workers)
         self._init_state()
 
+    @property
+    def request_batches(self) -> int:
+        """Batches one request makes (within an epoch; what a timing aligns to)."""
+        return self.group
+
     @staticmethod
     def _flat(delivered):
         for item in delivered:

@@ -63,7 +63,7 @@ def _self_cpu_s() -> float:
 
 def measure_loader(loader, images: int) -> Measurement:
     """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch (and
-    the rest of its partner pool).
+    the rest of its request), timing whole requests.
 
     CPU time counts the main process (all threads, including pinning) and every live worker.
     """
@@ -72,31 +72,36 @@ def measure_loader(loader, images: int) -> Measurement:
     iterator = iter(loader)
     first = next(iterator)  # warm-up: workers started, first batch in flight
     untimed = first[0].shape[0]
-    # With mosaic partner pools, a pool's first batch decodes the whole pool: time whole pools, from the
-    # one after the warm-up's (else a short measurement reads up to a pool's decodes too few or too many:
-    # BCCD, 96 images, 4.6 or 8.6 against 6.6 ms per image).
-    pool = getattr(getattr(loader, "batch_sampler", None), "pool_batches", 0)
-    for _ in range(pool - 1):
+    # Time whole requests, from the one after the warm-up's: with mosaic partner pools a pool's first
+    # batch decodes the whole pool (else a short measurement reads up to a pool's decodes too few or too
+    # many: BCCD, 96 images, 4.6 or 8.6 against 6.6 ms per image), and the device path makes several
+    # batches per request (a measurement ending inside one counts its work and not all its images).
+    unit = max(1, getattr(loader, "request_batches", 0)
+               or getattr(getattr(loader, "batch_sampler", None), "pool_batches", 0))
+    in_epoch = 1  # batches taken in this epoch
+    for _ in range(unit - 1):
         batch = next(iterator, None)
         if batch is None:
-            break  # the epoch (and so the pool) ended
+            break  # the epoch (and so the request) ended
         untimed += batch[0].shape[0]
-    if pool > 1:
-        per_pool = pool * first[0].shape[0]
-        images = -(-images // per_pool) * per_pool
+        in_epoch += 1
     workers = _worker_pids(loader)
     start_wall, start_main = time.perf_counter(), _self_cpu_s()
     start_workers = sum(_process_cpu_s(p) for p in workers)
     seen = 0
-    while seen < images:
+    while seen < images or in_epoch % unit:
         try:
             batch = next(iterator)
         except StopIteration:
+            if seen >= images:
+                break  # the epoch's last request is whole
             epoch += 1
             loader.set_epoch(epoch)
             iterator = iter(loader)
+            in_epoch = 0
             continue
         seen += batch[0].shape[0]
+        in_epoch += 1
     wall = time.perf_counter() - start_wall
     main = _self_cpu_s() - start_main
     worker_cpu = sum(_process_cpu_s(p) for p in workers) - start_workers

@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import available_bytes, default_cache_root, estimate_bytes, prepare_cache
-from turboyolo.data.device_loader import device_augment_unsupported
+from turboyolo.data.device_loader import device_augment_unsupported, device_group_size
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.data.timing import measure_loader
@@ -35,7 +35,8 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.train.auto import AUTO, ImageCosts, Machine, PipelineChoice, choose_pipeline, given_pipeline
 
 SAMPLE_IMAGES = 8  # training images the start-of-run measurement decodes (twice: warm-up and timed)
-WORKER_BATCHES = 24  # batches the doctor's one-worker runs time (more than a worker's buffer ring)
+WORKER_BATCHES = 24  # batches (device path: requests) the doctor's one-worker runs time (more than a
+# worker's buffer ring)
 MIN_TIMED_S = 0.2  # a loader measurement shorter than this in CPU time is repeated over more passes ...
 MAX_MORE_PASSES = 20  # ... at most this many times as many
 # Step time from FLOPs: bf16 matrix rate of a named GPU and a YOLOv3 training utilisation.
@@ -177,8 +178,11 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
                                        multiscale=multiscale, passes=passes)
             extra = max(0.0, total - main - warm)
             if device is not None:
+                # the device path's ring is in requests of several batches: as many requests as batches
+                loader_batch = max(1, min(batch, len(subset)))
+                group = device_group_size(loader_batch, -(-len(subset) // loader_batch), 1)
                 total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
-                                                  workers=1, multiscale=multiscale, passes=passes)
+                                                  workers=1, multiscale=multiscale, passes=passes * group)
                 device_extra = max(0.0, total - device_main - device)
     parts = 1 + 3 * augment.mosaic if augment is not None else 1.0
     decodes = parts * (1 + augment.mixup) if augment is not None else 1.0
