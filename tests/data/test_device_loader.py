@@ -321,7 +321,7 @@ def test_a_mosaic_part_reads_only_part_of_its_canvas():
     assert max(shares) <= 1 and np.mean(shares) < 0.6  # about a quarter of the canvas, not all of it
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", [1, 2])
 def test_batches_made_in_groups_are_the_batches_made_one_by_one(samples, cache, monkeypatch, workers):
     """A request making several batches in one buffer (:class:`CanvasGroup`) changes no batch: canvases
     as the device reads them, targets, metas and replacements equal those of one batch per request, with
@@ -337,6 +337,7 @@ def test_batches_made_in_groups_are_the_batches_made_one_by_one(samples, cache, 
     one_group, one_by_one = made(1)
     grouped_size, grouped = made(6)
     assert one_group == 1 and grouped_size > 1
+    assert build_loader(samples, workers=0, **kwargs).group == 1  # in-process: nothing to hand over
     assert len(grouped) == len(one_by_one)
     for (gi, gt, gp, gm, gpad), (oi, ot, op, om, opad) in zip(grouped, one_by_one, strict=True):
         assert torch.equal(gi, oi) and torch.equal(gt, ot) and gp == op
@@ -351,7 +352,7 @@ def test_loader_timing_takes_whole_requests(samples, cache, monkeypatch):
     from turboyolo.data.timing import measure_loader
 
     monkeypatch.setattr(device_loader, "DEVICE_REQUEST_IMAGES", 4)
-    loader = build_loader(samples, workers=0, cache=cache, augment=None, augment_on="device", img_size=96,
+    loader = build_loader(samples, workers=1, cache=cache, augment=None, augment_on="device", img_size=96,
                           batch_size=2, shuffle=True, seed=5)
     assert loader.group == 2 and len(loader) == 5  # 9 images: requests of 2 + 2 + 1 batches an epoch
     m = measure_loader(loader, 4)

@@ -123,6 +123,7 @@ class DeviceAugmentDataset(DetectionDataset):
         self.ring = 0  # > 0: each process reuses this many buffers in turn (set by the loader)
         self._buffers: list[torch.Tensor] = []  # oldest first
         self._ring_pid = os.getpid()  # the process whose buffers these are
+        self._largest = 0  # the most canvases a request of this process has needed
 
     def _buffer(self, count: int) -> torch.Tensor:
         """A ``[count, canvas, canvas, 3]`` uint8 buffer for a batch's canvases, reused in turn.
@@ -133,13 +134,16 @@ class DeviceAugmentDataset(DetectionDataset):
         prefetch_factor batches in flight and the consumer holds one more, so with ring >=
         prefetch_factor + 2 a buffer is free again when its turn comes (no new pages, no new mapping:
         a fresh 4 MB buffer per batch cost the in-process path a third of its time, by the allocator's
-        state). A buffer too small for this batch's canvases (mosaics vary their number) is replaced by a
-        larger one. Each process keeps its own ring (a forked worker does not reuse its parent's).
+        state). A buffer too small for this request's canvases (mosaics vary their number; an epoch's last
+        group is short) is replaced by one as large as the largest request so far, so the ring settles
+        at that size instead of allocating (and first touching) new pages whenever a larger request
+        follows a smaller one. Each process keeps its own ring (a forked worker does not reuse its
+        parent's).
         """
-        shape = (count, self.canvas, self.canvas, 3)
         in_worker = torch.utils.data.get_worker_info() is not None
 
-        def fresh() -> torch.Tensor:
+        def fresh(rows: int) -> torch.Tensor:
+            shape = (rows, self.canvas, self.canvas, 3)
             return _shared_uint8(shape) if in_worker else torch.empty(shape, dtype=torch.uint8,
                                                                       pin_memory=self.pin)
 
@@ -148,12 +152,13 @@ class DeviceAugmentDataset(DetectionDataset):
             # the loader makes the next batches (the step syncs once per iteration, after up to
             # `subdivisions` batches); PyTorch's pinned allocator waits for that copy before it hands the
             # memory out again, a ring would not
-            return fresh()
+            return fresh(count)
         if self._ring_pid != os.getpid():
-            self._buffers, self._ring_pid = [], os.getpid()
+            self._buffers, self._ring_pid, self._largest = [], os.getpid(), 0
+        self._largest = max(self._largest, count)
         buffer = self._buffers.pop(0) if len(self._buffers) >= self.ring else None
         if buffer is None or buffer.shape[0] < count:
-            buffer = fresh()
+            buffer = fresh(self._largest)
         self._buffers.append(buffer)
         return buffer[:count]
 
@@ -327,8 +332,11 @@ DEVICE_REQUEST_IMAGES = 16  # images one request makes at least (consecutive bat
 
 
 def device_group_size(batch_size: int, epoch_batches: int, workers: int) -> int:
-    """Batches per request of the device path's loader: enough for :data:`DEVICE_REQUEST_IMAGES` images,
-    but no more than leaves every worker a request in an epoch."""
+    """Batches per request of the device path's loader: with workers, enough for
+    :data:`DEVICE_REQUEST_IMAGES` images, but no more than leaves every worker a request in an epoch; one
+    in-process (nothing to hand over, and a larger buffer is only more pages to touch)."""
+    if workers <= 0:
+        return 1
     group = max(1, -(-DEVICE_REQUEST_IMAGES // max(1, batch_size)))
     if workers > 1:
         group = min(group, max(1, -(-epoch_batches // workers)))
