@@ -126,13 +126,13 @@ class DeviceAugmentDataset(DetectionDataset):
         self._largest = 0  # the most canvases a request of this process has needed
 
     def _buffer(self, count: int) -> torch.Tensor:
-        """A ``[count, canvas, canvas, 3]`` uint8 buffer for a batch's canvases, reused in turn.
+        """A ``[count, canvas, canvas, 3]`` uint8 buffer for a request's canvases, reused in turn.
 
         In a worker, shared memory from the start: the hand-over to the main process sends a handle, not
         bytes. In-process and pinning: a fresh page-locked buffer each time (see below). Otherwise reused
-        in turn: a worker has at most
-        prefetch_factor batches in flight and the consumer holds one more, so with ring >=
-        prefetch_factor + 2 a buffer is free again when its turn comes (no new pages, no new mapping:
+        in turn: a worker has at most the loader's ``prefetch_factor`` requests in flight and the consumer
+        (or the pinning thread) holds one more, so with ``ring`` >= that + 2 a buffer is free again when
+        its turn comes (no new pages, no new mapping:
         a fresh 4 MB buffer per batch cost the in-process path a third of its time, by the allocator's
         state). A buffer too small for this request's canvases (mosaics vary their number; an epoch's last
         group is short) is replaced by one as large as the largest request so far, so the ring settles
