@@ -283,10 +283,11 @@ def measure_loaders(subset: Sequence[Sample], options: DoctorOptions, augment: A
         loader = build_loader(subset, img_size=options.img_size, batch_size=options.mini_batch,
                               augment=augment, workers=workers, shuffle=True, cache=cache,
                               augment_on=options.augment_on)
-        # past the first round of a worker's buffer ring (the device path's requests of several batches
-        # each allocate, and first touch, their buffer until the ring is full)
-        batches = max(options.loader_batches,
-                      (getattr(loader.dataset, "ring", 0) + 2) * getattr(loader, "request_batches", 1))
+        # past the first round of every worker's buffer ring (the device path's requests of several
+        # batches each allocate, and first touch, their buffer until the ring is full; requests go to
+        # the workers in turn)
+        ring = (getattr(loader.dataset, "ring", 0) + 2) * max(1, workers)
+        batches = max(options.loader_batches, ring * getattr(loader, "request_batches", 1))
         m = measure_loader(loader, batches * options.mini_batch)
         del loader
         loader_rates[workers], loader_cpu[workers] = m.images_per_s, m.cpu_s / m.images

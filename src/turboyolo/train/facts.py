@@ -180,7 +180,8 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
             if device is not None:
                 # the device path's ring is in requests of several batches: as many requests as batches
                 loader_batch = max(1, min(batch, len(subset)))
-                group = device_group_size(loader_batch, -(-len(subset) // loader_batch), 1)
+                epoch_batches = -(-len(subset) // loader_batch)
+                group = min(device_group_size(loader_batch, epoch_batches, 1), epoch_batches)
                 total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
                                                   workers=1, multiscale=multiscale, passes=passes * group)
                 device_extra = max(0.0, total - device_main - device)
