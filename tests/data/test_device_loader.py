@@ -359,3 +359,19 @@ def test_loader_timing_takes_whole_requests(samples, cache, monkeypatch):
     assert m.untimed_images == 4 and m.images == 4
     m = measure_loader(loader, 6)  # the second request, the epoch's short last one, the next epoch's first
     assert m.untimed_images == 4 and m.images == 4 + 1 + 4
+
+
+def test_buffer_ring_settles_at_the_largest_request(samples, cache):
+    """Requests of varying canvas counts (a full group, an epoch's short last one) do not keep replacing
+    buffers: a replacement is as large as the largest request so far, so the ring ends up holding only
+    such buffers and reuses them."""
+    dataset = build_loader(samples, workers=0, cache=cache, augment=None, augment_on="device",
+                           **KW).dataset
+    dataset.ring, dataset.pin = 2, False
+    for count in (8, 2, 8, 2, 8, 2, 8):
+        assert dataset._buffer(count).shape[0] == count
+    assert [buffer.shape[0] for buffer in dataset._buffers] == [8, 8]
+    held = {buffer.data_ptr() for buffer in dataset._buffers}
+    for count in (2, 8, 5):
+        dataset._buffer(count)
+    assert {buffer.data_ptr() for buffer in dataset._buffers} == held  # reused, none allocated
