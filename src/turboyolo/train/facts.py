@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import available_bytes, default_cache_root, estimate_bytes, prepare_cache
-from turboyolo.data.device_loader import device_augment_unsupported, device_group_size
+from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.data.timing import measure_loader
@@ -146,6 +146,9 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
     loader = build_loader(subset, img_size=img_size, batch_size=max(1, min(batch, len(subset))),
                           augment=augment, workers=workers, shuffle=True, cache=cache,
                           augment_on=augment_on, multiscale=multiscale, pin_memory=False)
+    # a loader whose requests make several batches (the device path with workers) reuses its buffers by
+    # request: as many requests as the passes asked batches
+    passes *= min(getattr(loader, "request_batches", 1), len(loader))
     m = measure_loader(loader, len(subset) * passes)
     if m.cpu_s < MIN_TIMED_S:  # a cheap path (cached, device augmentation): time enough of it that the
         # timer's and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
@@ -178,12 +181,8 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
                                        multiscale=multiscale, passes=passes)
             extra = max(0.0, total - main - warm)
             if device is not None:
-                # the device path's ring is in requests of several batches: as many requests as batches
-                loader_batch = max(1, min(batch, len(subset)))
-                epoch_batches = -(-len(subset) // loader_batch)
-                group = min(device_group_size(loader_batch, epoch_batches, 1), epoch_batches)
                 total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
-                                                  workers=1, multiscale=multiscale, passes=passes * group)
+                                                  workers=1, multiscale=multiscale, passes=passes)
                 device_extra = max(0.0, total - device_main - device)
     parts = 1 + 3 * augment.mosaic if augment is not None else 1.0
     decodes = parts * (1 + augment.mixup) if augment is not None else 1.0
