@@ -124,7 +124,7 @@ def _pillow_decode(path, target=None):
     import turboyolo.data.decode as decode
 
     original = decode._strict_jpeg
-    decode._strict_jpeg = lambda *args: None
+    decode._strict_jpeg = lambda *args, **kwargs: None
     try:
         return decode_image(path, target)
     finally:
@@ -177,3 +177,38 @@ def test_a_stray_byte_before_the_end_marker_is_harmless(tmp_path):
     (tmp_path / "stray.jpg").write_bytes(data[:-2] + b"\x00" + data[-2:])  # some encoders write one
     probe_image(tmp_path / "stray.jpg")
     assert np.array_equal(decode_image(tmp_path / "stray.jpg")[0], decode_image(tmp_path / "ok.jpg")[0])
+
+
+def test_a_reduced_decode_leaves_out_only_what_its_scale_never_reads(tmp_path, monkeypatch):
+    """At 1/8 scale a progressive JPEG's luma AC scans are not decoded (formats.images.eighth_scale_jpeg):
+    the same pixels as Pillow's; the scan's check still decodes all the image data and refuses damage
+    there, and a full-size decode does too."""
+    import turboyolo.data.decode as decode
+    from faults.hostile import smooth_rgb
+    from turboyolo.formats.images import _segments, eighth_scale_jpeg
+
+    rng = np.random.default_rng(3)
+    rgb = np.clip(smooth_rgb(480, 640).astype(int) + rng.integers(-30, 31, (480, 640, 3)), 0, 255)
+    Image.fromarray(rgb.astype(np.uint8)).save(tmp_path / "p.jpg", quality=90, progressive=True)
+    data = (tmp_path / "p.jpg").read_bytes()
+    real, lengths = decode.simplejpeg.decode_jpeg, []
+    monkeypatch.setattr(decode.simplejpeg, "decode_jpeg",
+                        lambda stream, *args, **kw: lengths.append(len(stream)) or real(stream, *args, **kw))
+    for target in (60, 80, 41):  # 1/8 scale
+        lengths.clear()
+        pixels, size = decode_image(tmp_path / "p.jpg", target)
+        assert lengths == [len(eighth_scale_jpeg(data))] and lengths[0] < len(data) / 2
+        assert size == (480, 640) and np.array_equal(pixels, _pillow_decode(tmp_path / "p.jpg", target)[0])
+    lengths.clear()
+    decode_image(tmp_path / "p.jpg", 100)  # 1/4 scale: the whole file
+    assert lengths == [len(data)]
+
+    start, end = max(((s, e) for marker, s, e in _segments(data) if marker == 0xDA and data[s + 5] == 1
+                      and data[s + 7] > 0), key=lambda span: span[1] - span[0])  # the largest luma AC scan
+    middle = (start + end) // 2
+    garbage = rng.integers(0, 255, 200, dtype=np.uint8).tobytes()  # no FF: the structure walk passes it
+    (tmp_path / "d.jpg").write_bytes(data[:middle] + garbage + data[middle + 200:])
+    for check in (probe_image, decode_image, lambda p: decode_image(p, 100)):
+        with pytest.raises(DataError, match="d.jpg: corrupt JPEG"):
+            check(tmp_path / "d.jpg")
+    assert np.array_equal(decode_image(tmp_path / "d.jpg", 60)[0], decode_image(tmp_path / "p.jpg", 60)[0])

@@ -2,13 +2,16 @@
 
 import io
 import struct
+from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
+import simplejpeg
 from PIL import Image
 
 from faults.hostile import bad_crc_png, bomb_png, mid_corrupt_jpeg, smooth_rgb, truncated_jpeg
-from turboyolo.formats.images import declared_size, jpeg_problem, png_problem, sniff
+from turboyolo.formats.images import declared_size, eighth_scale_jpeg, jpeg_problem, png_problem, sniff
 
 
 def _jpeg(image: Image.Image, **options) -> bytes:
@@ -81,3 +84,74 @@ def test_png_checks(tmp_path):
     late = good[:iend] + struct.pack(">I", len(exif)) + b"eXIf" + exif + struct.pack(
         ">I", __import__("zlib").crc32(b"eXIf" + exif)) + good[iend:]
     assert png_problem(late) == (None, True)
+
+
+def _photo_like(height: int, width: int, seed: int) -> np.ndarray:
+    """Smooth colour with edges and noise: AC coefficients at every frequency, in every component."""
+    rng = np.random.default_rng(seed)
+    image = smooth_rgb(height, width, seed).astype(np.int16)
+    image[rng.integers(0, height, 20)] = rng.integers(0, 256, 3)  # hard edges
+    image += rng.integers(-25, 26, image.shape, dtype=np.int16)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def _progressive_variants():
+    """Progressive JPEGs as Pillow and OpenCV write them: sizes off the block and MCU grid, 4:4:4 / 4:2:2 /
+    4:2:0 / 4:1:1 / 4:4:0, grey, restart intervals, optimised tables, from 2 to over 32767 blocks of
+    luma (one end-of-band run does not reach)."""
+    sizes = [(16, 16), (61, 93), (240, 320), (333, 517), (1460, 1500)]
+    for k, (height, width) in enumerate(sizes):
+        rgb = _photo_like(height, width, k)
+        for subsampling in (0, 1, 2):
+            yield f"pillow {height}x{width} sub {subsampling}", _jpeg(
+                Image.fromarray(rgb), progressive=True, subsampling=subsampling, quality=60 + 8 * k)
+        yield f"pillow {height}x{width} grey optimised", _jpeg(
+            Image.fromarray(rgb).convert("L"), progressive=True, optimize=True)
+        for factor in ("IMWRITE_JPEG_SAMPLING_FACTOR_411", "IMWRITE_JPEG_SAMPLING_FACTOR_440"):
+            ok, encoded = cv2.imencode(".jpg", rgb[..., ::-1], [
+                cv2.IMWRITE_JPEG_PROGRESSIVE, 1, cv2.IMWRITE_JPEG_RST_INTERVAL, 3 + k,
+                cv2.IMWRITE_JPEG_SAMPLING_FACTOR, getattr(cv2, factor), cv2.IMWRITE_JPEG_QUALITY, 90])
+            assert ok
+            yield f"opencv {height}x{width} {factor[-3:]} restarts", encoded.tobytes()
+
+
+def _eighth(data: bytes) -> np.ndarray:
+    height, width = simplejpeg.decode_jpeg_header(data)[:2]
+    return simplejpeg.decode_jpeg(data, "RGB", min_height=-(-height // 8), min_width=-(-width // 8))
+
+
+def test_eighth_scale_stream_decodes_to_the_same_pixels():
+    for name, data in _progressive_variants():
+        short = eighth_scale_jpeg(data)
+        assert short is not None and len(short) < len(data), name
+        assert jpeg_problem(short) is None, name
+        assert np.array_equal(_eighth(short), _eighth(data)), name
+        pillow = [Image.open(io.BytesIO(d)) for d in (data, short)]
+        for image in pillow:
+            image.draft(image.mode, (image.size[0] // 8, image.size[1] // 8))
+        assert np.array_equal(np.asarray(pillow[0]), np.asarray(pillow[1])), name
+
+
+def test_eighth_scale_stream_only_where_the_decodes_are_equal():
+    rgb = _photo_like(240, 320, 0)
+    assert eighth_scale_jpeg(_jpeg(Image.fromarray(rgb))) is None  # baseline: one scan holds everything
+    data = _jpeg(Image.fromarray(rgb), progressive=True)
+    from turboyolo.formats.images import _segments
+
+    last_luma_ac = [(start, end) for marker, start, end in _segments(data)
+                    if marker == 0xDA and data[start + 5] == 1 and data[start + 7] > 0][-1]
+    incomplete = data[:last_luma_ac[0]] + data[last_luma_ac[1]:]  # the luma's last refinement missing
+    assert jpeg_problem(incomplete) is None and eighth_scale_jpeg(incomplete) is None
+
+
+@pytest.mark.skipif(not list(Path("/usr/share/backgrounds").glob("*.jpg")),
+                    reason="no photos in /usr/share/backgrounds (Debian's lomiri-wallpapers packages)")
+def test_eighth_scale_stream_on_camera_photos():
+    progressive = 0
+    for path in sorted(Path("/usr/share/backgrounds").glob("*.jpg")):
+        data = path.read_bytes()
+        short = eighth_scale_jpeg(data)
+        if short is not None:
+            progressive += 1
+            assert np.array_equal(_eighth(short), _eighth(data)), path.name
+    assert progressive

@@ -4,7 +4,9 @@ The expensive part of a large JPEG is its full-resolution decode. libjpeg can de
 1/4 or 1/8 scale (PIL ``draft``), skipping most of the IDCT, upsampling and colour work; what stays is
 the entropy (Huffman) decode, which is the floor. We ask for the smallest such scale whose longer
 side is still >= the target, then resize to exactly the target with an area filter (linear when
-enlarging). Everything after this works on target-sized images.
+enlarging). Everything after this works on target-sized images. At 1/8 scale a progressive JPEG's
+full-resolution AC scans (most of its bytes) are not even entropy-decoded: that scale never reads them
+(:func:`turboyolo.formats.images.eighth_scale_jpeg`, the same pixels bit for bit).
 
 Every image read in the package goes through here, with one set of checks (:func:`probe_image` for
 the scan, :func:`decode_image` for the loader, the prepared cache, detect, label and the API): the file
@@ -36,7 +38,7 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 
 from turboyolo.errors import DataError
 from turboyolo.formats.datasets import link_problem
-from turboyolo.formats.images import declared_size, jpeg_problem, png_problem, sniff
+from turboyolo.formats.images import declared_size, eighth_scale_jpeg, jpeg_problem, png_problem, sniff
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not return grey rows
 _PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, RuntimeError,
@@ -234,7 +236,7 @@ def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarra
         # Pillow finds a PNG's eXIf chunk after the pixels only once they are decoded: read it after load().
         orientation = _orientation(img) if img.format != "PNG" else 1
         width, height = img.size
-        array = _strict_jpeg(path, data, img, target) if img.format in _JPEG_FORMATS else None
+        array = _strict_jpeg(path, data, img, target, whole=False) if img.format in _JPEG_FORMATS else None
         if array is None:
             request = _draft_request(img, target)
             if request is not None:
@@ -271,7 +273,25 @@ def _draft_scale(img: Image.Image, target: int | None) -> int:
     return next(scale for scale in (8, 4, 2, 1) if ratio >= scale)
 
 
-def _strict_jpeg(path: Path, data: bytes, img: Image.Image, target: int | None) -> np.ndarray | None:
+def _decode_jpeg(data: bytes, mode: str, out_h: int, out_w: int, eighth: bool) -> np.ndarray:
+    """libjpeg-turbo's decode at the smallest scale >= (out_h, out_w); with ``eighth`` (a 1/8 decode that
+    need not check all image data) from :func:`eighth_scale_jpeg`'s shorter stream where it has one, the
+    same pixels; any warning there is left to the whole file's decode to name.
+
+    Raises:
+        ValueError: libjpeg's error or warning on the whole file.
+    """
+    short = eighth_scale_jpeg(data) if eighth else None
+    if short is not None:
+        try:
+            return simplejpeg.decode_jpeg(short, mode, min_height=out_h, min_width=out_w)
+        except ValueError:
+            pass
+    return simplejpeg.decode_jpeg(data, mode, min_height=out_h, min_width=out_w)
+
+
+def _strict_jpeg(path: Path, data: bytes, img: Image.Image, target: int | None,
+                 whole: bool = True) -> np.ndarray | None:
     """A JPEG decoded by libjpeg-turbo that treats a warning about damaged image data as an error.
 
     Pillow's decoder (the same library) silences libjpeg's warnings, so a JPEG whose entropy-coded data
@@ -279,13 +299,15 @@ def _strict_jpeg(path: Path, data: bytes, img: Image.Image, target: int | None) 
     decode Pillow would make (1/2, 1/4 or 1/8 for ``target``, default quality settings), or a
     :class:`DataError` naming the damage. Returns None where Pillow decodes instead (CMYK, tiny images,
     a harmless warning, a feature the simple API lacks); their image data is still checked, at 1/8.
+    ``whole=False`` (a decode for its pixels, not the scan's check): at 1/8 scale a progressive file's
+    AC scans that cannot change the pixels are not decoded (:func:`eighth_scale_jpeg`).
     """
     scale = _draft_scale(img, target)
     width, height = img.size
     direct = img.mode in ("RGB", "L") and (scale == 1 or min(width, height) >= 16)
     out_w, out_h = (-(-width // scale), -(-height // scale)) if direct else (1, 1)
     try:
-        array = simplejpeg.decode_jpeg(data, "RGB" if direct else "GRAY", min_height=out_h, min_width=out_w)
+        array = _decode_jpeg(data, "RGB" if direct else "GRAY", out_h, out_w, eighth=not whole and scale == 8)
     except ValueError as err:
         damage = _jpeg_damage(str(err))
         if damage:

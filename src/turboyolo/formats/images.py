@@ -18,6 +18,7 @@ its place in such data, which :func:`turboyolo.data.decode.probe_image` catches 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -29,6 +30,8 @@ _SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0x
 _SEGMENTS = _SOF | frozenset((0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD, 0xFE)) | frozenset(range(0xE0, 0xF0))
 _STANDALONE = frozenset(range(0xD0, 0xD8)) | {0x01}
 _SOS, _EOI = 0xDA, 0xD9
+_SOF_PROGRESSIVE = 0xC2
+_NO_RESTARTS = b"\xff\xdd\x00\x04\x00\x00"  # DRI: restart interval 0
 
 
 def sniff(head: bytes) -> str | None:
@@ -103,6 +106,16 @@ def png_problem(data: bytes | memoryview) -> tuple[str | None, bool]:
     return None, late_exif
 
 
+def _ff_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every FF of a JPEG file: (positions, the byte after each, which are restart markers, which end a
+    scan), found once per file."""
+    array = np.frombuffer(data, np.uint8)
+    ff = np.flatnonzero(array[:-1] == 0xFF)
+    after = array[ff + 1]
+    restart = (after >= 0xD0) & (after <= 0xD7)
+    return ff, after, restart, (after != 0x00) & (after != 0xFF) & ~restart
+
+
 def jpeg_problem(data: bytes) -> str | None:
     """What is wrong with this JPEG's structure, or None (see the module docstring for the rules).
 
@@ -147,12 +160,8 @@ def jpeg_problem(data: bytes) -> str | None:
         elif marker == _SOS:
             if not frame:
                 return f"corrupt JPEG: scan at byte {at} before any frame header"
-            if ff is None:  # every FF of the file and the byte after it, found once
-                array = np.frombuffer(data, np.uint8)
-                ff = np.flatnonzero(array[:-1] == 0xFF)
-                after = array[ff + 1]
-                restart = (after >= 0xD0) & (after <= 0xD7)
-                ends_scan = (after != 0x00) & (after != 0xFF) & ~restart
+            if ff is None:
+                ff, after, restart, ends_scan = _ff_bytes(data)
             first = int(np.searchsorted(ff, pos))
             stops = np.flatnonzero(ends_scan[first:])
             if not len(stops):
@@ -166,3 +175,89 @@ def jpeg_problem(data: bytes) -> str | None:
                 return (f"corrupt JPEG: restart marker out of sequence at byte {where} (garbage in the "
                         "image data)")
             pos = int(ff[stop])
+
+
+def _segments(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(marker, start, end) of each segment of a JPEG that passed :func:`jpeg_problem`, from the one after
+    SOI to EOI; a scan's segment includes its entropy-coded data."""
+    pos, ends_scan, ff = 2, None, None
+    while True:
+        start = pos
+        while data[pos] == 0xFF:
+            pos += 1
+        marker = data[pos]
+        pos += 1
+        if marker not in _STANDALONE and marker != _EOI:
+            pos += int.from_bytes(data[pos:pos + 2], "big")
+        if marker == _SOS:
+            if ff is None:
+                ff, _, _, ends_scan = _ff_bytes(data)
+            first = int(np.searchsorted(ff, pos))
+            pos = int(ff[first + int(np.flatnonzero(ends_scan[first:])[0])])
+        yield marker, start, pos
+        if marker == _EOI:
+            return
+
+
+def eighth_scale_jpeg(data: bytes) -> bytes | None:
+    """A shorter JPEG whose decode at 1/8 scale equals this one's bit for bit, or None.
+
+    At 1/8 scale libjpeg-turbo turns each 8x8 block of a full-resolution component (the luma, or every
+    component of a 4:4:4 or grey picture) into one pixel from its DC coefficient alone: the AC
+    coefficients of those components are entropy-decoded, the floor of a reduced decode, and then never
+    read. A progressive JPEG keeps them in scans of their own (most of its bytes), so they can be left
+    out: each such component's AC scans are replaced by one scan that codes all its AC coefficients as
+    zero in a few bytes (end-of-band runs). Its coefficients are then as complete as in the whole file,
+    which keeps libjpeg's block smoothing (applied where coefficients are missing) off as it was. The
+    subsampled components are decoded at a larger scale and their scans stay.
+
+    None unless the file is progressive with Huffman coding (SOF2) and every AC coefficient of each
+    full-resolution component is refined to its last bit in it: there the two decodes are equal. The
+    file must have passed :func:`jpeg_problem`; what is left out is not checked for damage (it cannot
+    change the 1/8 decode; :func:`turboyolo.data.decode.probe_image` decodes it whole).
+    """
+    parts, full, refined = [data[:2]], {}, {}
+    for marker, start, end in _segments(data):
+        if marker in _SOF:
+            if marker != _SOF_PROGRESSIVE:
+                return None
+            height = int.from_bytes(data[start + 5:start + 7], "big")
+            width = int.from_bytes(data[start + 7:start + 9], "big")
+            comps = [(data[start + 10 + 3 * i], data[start + 11 + 3 * i]) for i in range(data[start + 9])]
+            largest = (max(s >> 4 for _, s in comps), max(s & 15 for _, s in comps))
+            blocks = -(-width // 8) * -(-height // 8)
+            full = {cid: blocks for cid, s in comps if (s >> 4, s & 15) == largest}
+            refined = {cid: [-1] * 64 for cid in full}
+        elif marker == _SOS:
+            count = data[start + 4]
+            ss, se, approx = data[start + 5 + 2 * count:start + 8 + 2 * count]
+            if ss > 0 and data[start + 5] in full:
+                if count != 1 or se > 63 or se < ss:
+                    return None
+                refined[data[start + 5]][ss:se + 1] = [approx & 15] * (se - ss + 1)
+                continue
+        elif marker == _EOI:
+            if not full or any(any(bits[1:]) for bits in refined.values()):
+                return None
+            parts.append(_NO_RESTARTS)
+            parts.extend(_zero_ac_scan(cid, blocks) for cid, blocks in full.items())
+        parts.append(data[start:end])
+    return b"".join(parts)
+
+
+def _zero_ac_scan(component: int, blocks: int) -> bytes:
+    """A progressive AC scan (coefficients 1-63, no successive approximation) of one component that sets
+    every AC coefficient of its ``blocks`` blocks to zero, with the Huffman table it uses: end-of-band
+    runs of up to 32767 blocks each, symbol ``r << 4`` (a run of 2**r + r more bits) coded as r in 4 bits."""
+    bits, count = 0, 0
+    while blocks:
+        run = min(blocks, 32767)
+        r = run.bit_length() - 1
+        bits, count = (bits << (4 + r)) | (r << r) | (run - (1 << r)), count + 4 + r
+        blocks -= run
+    pad = -count % 8
+    coded = ((bits << pad) | ((1 << pad) - 1)).to_bytes((count + pad) // 8, "big")
+    coded = coded.replace(b"\xff", b"\xff\x00")  # byte stuffing
+    table = bytes([0x10]) + bytes([0, 0, 0, 15] + [0] * 12) + bytes(range(0, 0xF0, 0x10))
+    return (b"\xff\xc4" + (2 + len(table)).to_bytes(2, "big") + table
+            + b"\xff\xda\x00\x08\x01" + bytes([component, 0x00, 1, 63, 0]) + coded)
