@@ -60,6 +60,30 @@ def test_cold_epoch_decodes_each_original_at_most_once(samples, augment):
         assert max(two.epoch_decoded.values()) == 1 and len(two.epoch_decoded) == len(samples)
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("augment", [MIXING, AugmentParams(mosaic=0.5, mixup=0.5)])
+def test_device_path_without_a_cache_decodes_each_original_once_per_epoch(samples, augment, workers):
+    """--augment-on device --cache none: a mosaic's partners come from the images held for its pool (they
+    were decoded again for every mosaic, 4-5 decodes per sample); the same batches as before."""
+    kwargs = dict(img_size=64, batch_size=3, augment=augment, shuffle=True, seed=5, partner_pool=2,
+                  augment_on="device")
+    loader = build_loader(samples, workers=workers, **kwargs)
+    before = decode.DECODES.copy()
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        batches = [(batch.to_device("cpu"), targets.clone()) for batch, targets, _ in loader]
+        assert set(loader.epoch_decoded) == set(range(len(samples)))
+        assert max(loader.epoch_decoded.values()) == 1, loader.epoch_decoded
+        assert any(len(t) > 3 for _, t in batches)  # mosaics were made
+        if workers == 0:  # all in this process: the process-wide count agrees
+            assert decode.DECODES - before == Counter({str(s.image): epoch + 1 for s in samples})
+    # the images and targets do not depend on what was held: a fresh loader per epoch holds nothing
+    fresh = build_loader(samples, workers=0, **kwargs)
+    fresh.set_epoch(1)
+    for (images, targets), (batch, fresh_targets, _) in zip(batches, fresh, strict=True):
+        assert torch.equal(images, batch.to_device("cpu")) and torch.equal(targets, fresh_targets)
+
+
 def test_partners_from_the_whole_set_decode_again(samples):
     # partner_pool=0 is the behaviour before pools: partners from the whole data set, so a mosaic decodes
     # its 3 partners again (an image a batch already holds excepted): the counter sees it

@@ -124,6 +124,7 @@ class DeviceAugmentDataset(DetectionDataset):
         self._buffers: list[torch.Tensor] = []  # oldest first
         self._ring_pid = os.getpid()  # the process whose buffers these are
         self._largest = 0  # the most canvases a request of this process has needed
+        self._held_pool: tuple[int, ...] | None = None  # the partner pool whose decoded images are held
 
     def _buffer(self, count: int) -> torch.Tensor:
         """A ``[count, canvas, canvas, 3]`` uint8 buffer for a request's canvases, reused in turn.
@@ -225,8 +226,21 @@ class DeviceAugmentDataset(DetectionDataset):
             start += planned.parts
         return CanvasGroup(buffer, items)
 
+    def _hold(self, keys) -> None:
+        """Without a cache, before a batch is planned: the images decoded for its partner pool stay in hand
+        until a batch of another pool comes (a pool's batches are consecutive in the sampler), so a sample
+        and its mosaic and mixup partners are decoded once per pool in each process, as on the CPU path;
+        with partners from the whole set (no pool), once per batch."""
+        pool = keys[0][4] if len(keys[0]) > 4 else None
+        if pool is None or (pool is not self._held_pool and pool != self._held_pool):
+            self._held, self._held_pool = {}, pool
+        self._decoded_now = []
+
     def _plan_batch(self, keys) -> _PlannedBatch:
-        """A batch's numbers and the images to copy (loads in the CPU path's order), its metas."""
+        """A batch's numbers and the images to copy (loads in the CPU path's order), its metas (with the
+        samples decoded for it)."""
+        if self.cache is None:
+            self._hold(keys)
         size = keys[0][2]
         slots, failures_by_slot = [], {}
         for slot, key in enumerate(keys):
@@ -244,7 +258,8 @@ class DeviceAugmentDataset(DetectionDataset):
         composed = [sub for sub, _, _ in slots]
         return _PlannedBatch(composed, [weights for _, weights, _ in slots], size,
                              sum(len(part.images) for slot in composed for part in slot),
-                             MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot))
+                             MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot,
+                                       decoded=tuple(self._decoded_now)))
 
     def _pack(self, planned: _PlannedBatch, buffer: torch.Tensor
               ) -> tuple[CanvasBatch, torch.Tensor, MetaBatch]:

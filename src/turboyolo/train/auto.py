@@ -65,8 +65,6 @@ class ImageCosts:
     worker_extra_s: float = 0.0
     device_handoff_s: float | None = None  # the same two for the device path (None: as the CPU path's)
     device_extra_s: float | None = None
-    device_decodes: float = 1.0  # originals the device path decodes per sample without a cache (its
-    # mosaic and mixup partners are decoded again; the CPU path decodes each original once per pool)
 
     def with_workers(self, augment_on: str) -> tuple[float, float]:
         """(the worker's extra cost, the main process's hand-off) per image for ``augment_on``: the device
@@ -77,8 +75,9 @@ class ImageCosts:
 
     def cost(self, cache: str, augment_on: str) -> float:
         if augment_on == "device" and self.device_s is not None:
-            if cache == "none":  # decodes the sample and its partners, then only places and draws numbers
-                return self.device_decodes * max(self.cold_s - self.warm_s, 0.0) + self.device_s
+            if cache == "none":  # decodes each original once per partner pool (as the CPU path), then
+                # only places images and draws numbers
+                return max(self.cold_s - self.warm_s, 0.0) + self.device_s
             return self.device_s
         return self.warm_s if cache != "none" else self.cold_s
 
