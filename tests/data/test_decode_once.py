@@ -77,11 +77,24 @@ def test_device_path_without_a_cache_decodes_each_original_once_per_epoch(sample
         assert any(len(t) > 3 for _, t in batches)  # mosaics were made
         if workers == 0:  # all in this process: the process-wide count agrees
             assert decode.DECODES - before == Counter({str(s.image): epoch + 1 for s in samples})
+    if workers == 0:  # a whole pool planned in this process: its images let go
+        assert loader.dataset._held is None
     # the images and targets do not depend on what was held: a fresh loader per epoch holds nothing
     fresh = build_loader(samples, workers=0, **kwargs)
     fresh.set_epoch(1)
     for (images, targets), (batch, fresh_targets, _) in zip(batches, fresh, strict=True):
         assert torch.equal(images, batch.to_device("cpu")) and torch.equal(targets, fresh_targets)
+
+
+def test_device_path_holds_nothing_over_from_the_last_epoch(samples):
+    """Unshuffled, one pool: the next epoch's pool is the same tuple; its images are decoded again."""
+    loader = build_loader(samples, workers=0, img_size=64, batch_size=3, augment=MIXING, shuffle=False,
+                          seed=5, partner_pool=100, augment_on="device")
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        for _ in loader:
+            pass
+        assert loader.epoch_decoded == Counter(range(len(samples)))
 
 
 def test_partners_from_the_whole_set_decode_again(samples):

@@ -144,6 +144,22 @@ def test_eighth_scale_stream_only_where_the_decodes_are_equal():
     assert jpeg_problem(incomplete) is None and eighth_scale_jpeg(incomplete) is None
 
 
+def test_eighth_scale_stream_with_fill_bytes_and_odd_headers():
+    from turboyolo.formats.images import _segments
+
+    data = _jpeg(Image.fromarray(_photo_like(61, 259, 7)), progressive=True, subsampling=2)
+    for marker in (0xC2, 0xC4, 0xDA):  # fill bytes (FF) before a frame, a table, a scan: legal, and read past
+        at = next(start for m, start, _ in _segments(data) if m == marker)
+        filled = data[:at] + b"\xff\xff" + data[at:]
+        short = eighth_scale_jpeg(filled)
+        assert short is not None and np.array_equal(_eighth(short), _eighth(data)), hex(marker)
+    # the same id on two components: libjpeg refuses the scans, so no shorter stream may hide it
+    sof = next(start for m, start, _ in _segments(data) if m == 0xC2)
+    twice = bytearray(data)
+    twice[sof + 10 + 3] = twice[sof + 10]
+    assert eighth_scale_jpeg(bytes(twice)) is None
+
+
 @pytest.mark.skipif(not list(Path("/usr/share/backgrounds").glob("*.jpg")),
                     reason="no photos in /usr/share/backgrounds (Debian's lomiri-wallpapers packages)")
 def test_eighth_scale_stream_on_camera_photos():

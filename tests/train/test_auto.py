@@ -110,6 +110,18 @@ def test_explicit_flags_win():
     assert partly.cache == "disk" and partly.augment_on == "device"
 
 
+def test_device_path_without_a_cache_decodes_once_per_pool_with_one_worker_at_most():
+    """A pool's batches made by one process decode each original once; spread over several workers, each
+    decodes what its batches draw (up to a mosaic's 4 parts per sample): the model says which."""
+    costs = ImageCosts(cold_s=0.010, warm_s=0.001, device_s=0.0005, device_spread_decodes=4.0)
+    assert costs.cost("none", "device") == costs.cost("none", "device", 1) == pytest.approx(0.0095)
+    assert costs.cost("none", "device", 4) == pytest.approx(4 * 0.009 + 0.0005)
+    assert costs.cost("ram", "device", 4) == costs.cost("ram", "device") == 0.0005
+    assert costs.cost("none", "cpu", 4) == 0.010  # the CPU path: a whole pool per worker request
+    one, four = (predict(costs, "none", "device", w, 8, 1e-4)[1] for w in (1, 4))
+    assert four < 4 * one  # four workers deliver less than four times one
+
+
 def test_workers_zero_adds_load_and_step():
     wait, rate = predict(ImageCosts(0.01, 0.001), "none", "cpu", 0, 8, 0.01)
     assert wait == pytest.approx(0.5) and rate == pytest.approx(50.0)

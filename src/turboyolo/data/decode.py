@@ -281,7 +281,10 @@ def _decode_jpeg(data: bytes, mode: str, out_h: int, out_w: int, eighth: bool) -
     Raises:
         ValueError: libjpeg's error or warning on the whole file.
     """
-    short = eighth_scale_jpeg(data) if eighth else None
+    try:
+        short = eighth_scale_jpeg(data) if eighth else None
+    except (IndexError, ValueError):  # a header it cannot follow: the whole file's decode decides
+        short = None
     if short is not None:
         try:
             return simplejpeg.decode_jpeg(short, mode, min_height=out_h, min_width=out_w)

@@ -124,7 +124,8 @@ class DeviceAugmentDataset(DetectionDataset):
         self._buffers: list[torch.Tensor] = []  # oldest first
         self._ring_pid = os.getpid()  # the process whose buffers these are
         self._largest = 0  # the most canvases a request of this process has needed
-        self._held_pool: tuple[int, ...] | None = None  # the partner pool whose decoded images are held
+        self._held_for: tuple | None = None  # (epoch, partner pool) whose decoded images are held
+        self._held_left = 0  # samples of that pool not yet planned in this process
 
     def _buffer(self, count: int) -> torch.Tensor:
         """A ``[count, canvas, canvas, 3]`` uint8 buffer for a request's canvases, reused in turn.
@@ -228,13 +229,21 @@ class DeviceAugmentDataset(DetectionDataset):
 
     def _hold(self, keys) -> None:
         """Without a cache, before a batch is planned: the images decoded for its partner pool stay in hand
-        until a batch of another pool comes (a pool's batches are consecutive in the sampler), so a sample
-        and its mosaic and mixup partners are decoded once per pool in each process, as on the CPU path;
-        with partners from the whole set (no pool), once per batch."""
-        pool = keys[0][4] if len(keys[0]) > 4 else None
-        if pool is None or (pool is not self._held_pool and pool != self._held_pool):
-            self._held, self._held_pool = {}, pool
+        until this process has planned the whole pool or a batch of another pool (or epoch) comes (a
+        pool's batches are consecutive in the sampler), so a sample and its mosaic and mixup partners are
+        decoded once per pool in each process, as on the CPU path; with partners from the whole set (no
+        pool), once per batch. With several workers a pool's batches may be made by different workers,
+        each decoding what its own batches draw."""
+        epoch, pool = keys[0][1], (keys[0][4] if len(keys[0]) > 4 else None)
+        if pool is None or (epoch, pool) != self._held_for:
+            self._held, self._held_for, self._held_left = {}, (epoch, pool), len(pool or ())
+        self._held_left -= len(keys)
         self._decoded_now = []
+
+    def _release(self) -> None:
+        """After a batch is planned: let go of the held images once this process has planned its pool."""
+        if self._held_left <= 0:
+            self._held, self._held_for = None, None
 
     def _plan_batch(self, keys) -> _PlannedBatch:
         """A batch's numbers and the images to copy (loads in the CPU path's order), its metas (with the
@@ -256,10 +265,12 @@ class DeviceAugmentDataset(DetectionDataset):
         matrices = np.array([composed[0].matrix for composed, _, _ in slots], np.float64).reshape(count, 2, 3)
         paths = [str(self.samples[loaded[2]].image) for _, _, loaded in slots]
         composed = [sub for sub, _, _ in slots]
+        meta = MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot,
+                         decoded=tuple(self._decoded_now))
+        if self.cache is None:
+            self._release()
         return _PlannedBatch(composed, [weights for _, weights, _ in slots], size,
-                             sum(len(part.images) for slot in composed for part in slot),
-                             MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot,
-                                       decoded=tuple(self._decoded_now)))
+                             sum(len(part.images) for slot in composed for part in slot), meta)
 
     def _pack(self, planned: _PlannedBatch, buffer: torch.Tensor
               ) -> tuple[CanvasBatch, torch.Tensor, MetaBatch]:

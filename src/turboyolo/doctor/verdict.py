@@ -163,13 +163,13 @@ def _figures(t: StageTimings) -> _Figures:
     cache = "ram" if t.cached else "none"
     source = t.cache_read_s if t.cached else t.decode_s
     aug = t.device_plan_s if t.augment_on == "device" else t.augment_s
-    cost = costs.cost(cache, t.augment_on)
+    cost = costs.cost(cache, t.augment_on, t.workers)
     overhead = max(0.0, cost - source - aug)
     step = step_per_image(t, t.augment_on)
     demand = 1.0 / max(step, 1e-12)
     rate = supply(costs, cache, t.augment_on, t.workers, t.cores)
     wait, expected = predict(costs, cache, t.augment_on, t.workers, t.cores, step)
-    cache_factor = costs.cost("none", t.augment_on) / max(costs.cost("ram", t.augment_on), 1e-12)
+    cache_factor = costs.cost("none", t.augment_on, t.workers) / max(costs.cost("ram", t.augment_on), 1e-12)
     epoch_s = t.dataset_images / max(expected, 1e-9) if t.dataset_images else 0.0
     checkpoint_share = t.checkpoint_s / (epoch_s + t.checkpoint_s) if epoch_s else 0.0
     return _Figures(source, aug, overhead, cost, demand, rate, wait, expected, max(1, t.cores - 1),

@@ -182,9 +182,9 @@ def _segments(data: bytes) -> Iterator[tuple[int, int, int]]:
     SOI to EOI; a scan's segment includes its entropy-coded data."""
     pos, ends_scan, ff = 2, None, None
     while True:
-        start = pos
-        while data[pos] == 0xFF:
+        while data[pos] == 0xFF:  # fill bytes may come before a marker
             pos += 1
+        start = pos - 1  # the marker's own FF
         marker = data[pos]
         pos += 1
         if marker not in _STANDALONE and marker != _EOI:
@@ -224,6 +224,8 @@ def eighth_scale_jpeg(data: bytes) -> bytes | None:
             height = int.from_bytes(data[start + 5:start + 7], "big")
             width = int.from_bytes(data[start + 7:start + 9], "big")
             comps = [(data[start + 10 + 3 * i], data[start + 11 + 3 * i]) for i in range(data[start + 9])]
+            if len({cid for cid, _ in comps}) != len(comps):  # libjpeg refuses such a file's scans
+                return None
             largest = (max(s >> 4 for _, s in comps), max(s & 15 for _, s in comps))
             blocks = -(-width // 8) * -(-height // 8)
             full = {cid: blocks for cid, s in comps if (s >> 4, s & 15) == largest}

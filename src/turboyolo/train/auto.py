@@ -65,6 +65,9 @@ class ImageCosts:
     worker_extra_s: float = 0.0
     device_handoff_s: float | None = None  # the same two for the device path (None: as the CPU path's)
     device_extra_s: float | None = None
+    device_spread_decodes: float = 1.0  # originals the device path decodes per sample without a cache
+    # when several workers make one partner pool's batches (each holds only what its own batches drew):
+    # up to a mosaic's parts x (1 + mixup); one worker or none decodes each original once per pool
 
     def with_workers(self, augment_on: str) -> tuple[float, float]:
         """(the worker's extra cost, the main process's hand-off) per image for ``augment_on``: the device
@@ -73,11 +76,13 @@ class ImageCosts:
             return self.device_extra_s or 0.0, self.device_handoff_s
         return self.worker_extra_s, self.handoff_s
 
-    def cost(self, cache: str, augment_on: str) -> float:
+    def cost(self, cache: str, augment_on: str, workers: int = 0) -> float:
+        """CPU-seconds per image of the process that makes a batch, with ``workers`` loader workers."""
         if augment_on == "device" and self.device_s is not None:
-            if cache == "none":  # decodes each original once per partner pool (as the CPU path), then
+            if cache == "none":  # decodes each original (once per partner pool with 0-1 worker), then
                 # only places images and draws numbers
-                return max(self.cold_s - self.warm_s, 0.0) + self.device_s
+                decodes = 1.0 if workers <= 1 else self.device_spread_decodes
+                return decodes * max(self.cold_s - self.warm_s, 0.0) + self.device_s
             return self.device_s
         return self.warm_s if cache != "none" else self.cold_s
 
@@ -144,7 +149,7 @@ class PipelineChoice:
 
 def supply(costs: ImageCosts, cache: str, augment_on: str, workers: int, cores: int) -> float:
     """Wall-clock images/s the loader delivers (see the module docstring)."""
-    cost = max(costs.cost(cache, augment_on), 1e-9)
+    cost = max(costs.cost(cache, augment_on, workers), 1e-9)
     if workers <= 0:
         return 1.0 / cost
     extra, handoff = costs.with_workers(augment_on)
@@ -266,7 +271,7 @@ def _choose_workers(costs: ImageCosts, machine: Machine, cache: str, augment_on:
     most = machine.max_workers
     if most == 0:
         return 0, "one usable core: the main process loads"
-    cost = costs.cost(cache, augment_on)
+    cost = costs.cost(cache, augment_on, most)
     needed = min(most, max(1, math.ceil(WORKER_MARGIN * cost / max(step_s, 1e-12))))
     if needed == most:
         return most, f"the usable cores - 1 ({machine.cores} usable)"

@@ -184,7 +184,9 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
                 total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
                                                   workers=1, multiscale=multiscale, passes=passes)
                 device_extra = max(0.0, total - device_main - device)
-    return ImageCosts(cold, warm, device, main, extra, device_main, device_extra)
+    parts = 1 + 3 * augment.mosaic if augment is not None else 1.0
+    spread = parts * (1 + augment.mixup) if augment is not None else 1.0
+    return ImageCosts(cold, warm, device, main, extra, device_main, device_extra, spread)
 
 
 def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
