@@ -49,7 +49,7 @@ def _run(loader, streamed: bool, epochs=range(EPOCHS)):
     return out
 
 
-def _same(a, b):
+def _same(a, b, decodes_equal=True):
     assert len(a) == len(b)
     for (batches_a, decoded_a), (batches_b, decoded_b) in zip(a, b, strict=True):
         assert len(batches_a) == len(batches_b)
@@ -57,7 +57,10 @@ def _same(a, b):
             assert pa == pb
             assert torch.equal(ia, ib)
             assert torch.equal(ta, tb)
-        assert decoded_a == decoded_b
+        if decodes_equal:
+            assert decoded_a == decoded_b
+        else:  # the same images decoded, some more than once
+            assert set(decoded_a) == set(decoded_b) and all(decoded_b[i] >= n for i, n in decoded_a.items())
 
 
 def _loader(samples, workers, augment_on="cpu", cache=None):
@@ -69,10 +72,11 @@ def _loader(samples, workers, augment_on="cpu", cache=None):
 @pytest.mark.parametrize("augment_on", ["cpu", "device"])
 def test_streamed_epochs_are_the_epochs_alone(samples, augment_on):
     reference = _run(_loader(samples, 0, augment_on), streamed=False)
-    if augment_on == "cpu":  # each original decoded once per epoch (the device path does not count them)
-        assert any(reference[0][1].values()) and all(n == 1 for n in reference[0][1].values())
+    assert any(reference[0][1].values()) and all(n == 1 for n in reference[0][1].values())  # once each
     for workers in (1, 2):
-        _same(reference, _run(_loader(samples, workers, augment_on), streamed=True))
+        # the device path's pools may spread over two workers, each decoding what its batches draw
+        _same(reference, _run(_loader(samples, workers, augment_on), streamed=True),
+              decodes_equal=augment_on == "cpu" or workers == 1)
     # the closed last epoch has no mosaic: its batches differ from what a mixing epoch would give
     mixing = _loader(samples, 0, augment_on)
     mixing.set_epoch(EPOCHS - 1, mix=True)
