@@ -375,3 +375,28 @@ def test_buffer_ring_settles_at_the_largest_request(samples, cache):
     for count in (2, 8, 5):
         dataset._buffer(count)
     assert {buffer.data_ptr() for buffer in dataset._buffers} == held  # reused, none allocated
+
+
+def test_a_timing_past_the_ring_round_sees_no_new_buffer(samples, cache):
+    """data.timing.ring_round_batches (what the doctor and the start-of-run measurement time past): once
+    that many batches are made, the in-process ring holds all its buffers and reuses them."""
+    from turboyolo.data.timing import ring_round_batches
+
+    loader = build_loader(samples, workers=0, cache=cache, augment=AugmentParams.from_net(mosaic=1.0),
+                          augment_on="device", pin_memory=False, **KW)
+    dataset = loader.dataset
+    assert dataset.ring > 0 and ring_round_batches(loader) > dataset.ring
+    made, epoch = 0, 0
+    while made < ring_round_batches(loader):
+        loader.set_epoch(epoch)
+        for _ in loader:
+            made += 1
+            if made == ring_round_batches(loader):
+                break
+        epoch += 1
+    assert len(dataset._buffers) == dataset.ring
+    held = {buffer.data_ptr() for buffer in dataset._buffers}
+    loader.set_epoch(epoch)
+    for _ in loader:
+        pass
+    assert {buffer.data_ptr() for buffer in dataset._buffers} == held

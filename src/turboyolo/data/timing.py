@@ -61,6 +61,17 @@ def _self_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def ring_round_batches(loader) -> int:
+    """Batches a timing of ``loader`` runs before every loader process has been through its buffer ring
+    once: per process its ring (the device path's ``dataset.ring``; none on the CPU path) and two more
+    requests, of ``request_batches`` each, the processes taking requests in turn. Until then the device
+    path's requests allocate, and first touch, their buffers; a timing shorter than this charges every
+    request with that."""
+    ring = getattr(getattr(loader, "dataset", None), "ring", 0)
+    per_request = max(1, getattr(loader, "request_batches", 1))
+    return (ring + 2) * max(1, getattr(loader, "workers", 0)) * per_request
+
+
 def measure_loader(loader, images: int) -> Measurement:
     """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch (and
     the rest of its request), timing whole requests.

@@ -30,7 +30,7 @@ from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_s
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, scan_dataset
-from turboyolo.data.timing import measure_loader, median_pass
+from turboyolo.data.timing import measure_loader, median_pass, ring_round_batches
 from turboyolo.devices import usable_cpus
 from turboyolo.doctor.verdict import StageTimings
 from turboyolo.errors import DataError
@@ -283,11 +283,7 @@ def measure_loaders(subset: Sequence[Sample], options: DoctorOptions, augment: A
         loader = build_loader(subset, img_size=options.img_size, batch_size=options.mini_batch,
                               augment=augment, workers=workers, shuffle=True, cache=cache,
                               augment_on=options.augment_on)
-        # past the first round of every worker's buffer ring (the device path's requests of several
-        # batches each allocate, and first touch, their buffer until the ring is full; requests go to
-        # the workers in turn)
-        ring = (getattr(loader.dataset, "ring", 0) + 2) * max(1, workers)
-        batches = max(options.loader_batches, ring * getattr(loader, "request_batches", 1))
+        batches = max(options.loader_batches, ring_round_batches(loader))
         m = measure_loader(loader, batches * options.mini_batch)
         del loader
         loader_rates[workers], loader_cpu[workers] = m.images_per_s, m.cpu_s / m.images

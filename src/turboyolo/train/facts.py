@@ -28,15 +28,15 @@ from turboyolo.data.cache import available_bytes, default_cache_root, estimate_b
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, scan_dataset
-from turboyolo.data.timing import measure_loader
+from turboyolo.data.timing import measure_loader, ring_round_batches
 from turboyolo.devices import usable_cpus
 from turboyolo.formats.darknet_cfg import ModelSpec
 from turboyolo.model.darknet import Darknet
 from turboyolo.train.auto import AUTO, ImageCosts, Machine, PipelineChoice, choose_pipeline, given_pipeline
 
 SAMPLE_IMAGES = 8  # training images the start-of-run measurement decodes (twice: warm-up and timed)
-WORKER_BATCHES = 24  # batches (device path: requests) the doctor's one-worker runs time (more than a
-# worker's buffer ring)
+WORKER_REQUESTS = 24  # requests a loader with workers is timed over at least (the doctor's one-worker
+# runs: a worker's first requests allocate its shared memory), or past its buffer ring if that is longer
 MIN_TIMED_S = 0.2  # a loader measurement shorter than this in CPU time is repeated over more passes ...
 MAX_MORE_PASSES = 20  # ... at most this many times as many
 # Step time from FLOPs: bf16 matrix rate of a named GPU and a YOLOv3 training utilisation.
@@ -146,9 +146,9 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
     loader = build_loader(subset, img_size=img_size, batch_size=max(1, min(batch, len(subset))),
                           augment=augment, workers=workers, shuffle=True, cache=cache,
                           augment_on=augment_on, multiscale=multiscale, pin_memory=False)
-    # a loader whose requests make several batches (the device path with workers) reuses its buffers by
-    # request: as many requests as the passes asked batches
-    passes *= min(getattr(loader, "request_batches", 1), len(loader))
+    if workers:  # at least WORKER_REQUESTS requests, and past the first round of every worker's buffer ring
+        batches = max(WORKER_REQUESTS * getattr(loader, "request_batches", 1), ring_round_batches(loader))
+        passes = max(passes, -(-batches * batch // len(subset)))
     m = measure_loader(loader, len(subset) * passes)
     if m.cpu_s < MIN_TIMED_S:  # a cheap path (cached, device augmentation): time enough of it that the
         # timer's and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
@@ -175,14 +175,12 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
         main = extra = 0.0
         device_main = device_extra = None
         if handoff:
-            # a worker's first batches allocate its shared buffers: time enough batches to see it settle
-            passes = max(1, -(-WORKER_BATCHES * batch // len(subset)))
             total, main = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", workers=1,
-                                       multiscale=multiscale, passes=passes)
+                                       multiscale=multiscale)
             extra = max(0.0, total - main - warm)
             if device is not None:
                 total, device_main = loader_cpu_s(subset, img_size, batch, augment, cache, "device",
-                                                  workers=1, multiscale=multiscale, passes=passes)
+                                                  workers=1, multiscale=multiscale)
                 device_extra = max(0.0, total - device_main - device)
     parts = 1 + 3 * augment.mosaic if augment is not None else 1.0
     spread = parts * (1 + augment.mixup) if augment is not None else 1.0
