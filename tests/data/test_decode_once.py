@@ -95,6 +95,14 @@ def test_device_path_holds_nothing_over_from_the_last_epoch(samples):
         for _ in loader:
             pass
         assert loader.epoch_decoded == Counter(range(len(samples)))
+    # an epoch left unfinished, then run again: nothing held over from the first try
+    loader.set_epoch(2)
+    for taken, _ in enumerate(loader):
+        if taken == 2:
+            break
+    for _ in loader:
+        pass
+    assert loader.epoch_decoded == Counter(range(len(samples)))
 
 
 def test_partners_from_the_whole_set_decode_again(samples):

@@ -240,16 +240,24 @@ class DeviceAugmentDataset(DetectionDataset):
         self._held_left -= len(keys)
         self._decoded_now = []
 
-    def _release(self) -> None:
-        """After a batch is planned: let go of the held images once this process has planned its pool."""
-        if self._held_left <= 0:
-            self._held, self._held_for = None, None
+    def _release(self, done: bool = False) -> None:
+        """After a batch is planned: let go of the held images once this process has planned its pool
+        (``done``: now, e.g. a new epoch or a batch that failed)."""
+        if done or self._held_left <= 0:
+            self._held, self._held_for, self._held_left = None, None, 0
 
     def _plan_batch(self, keys) -> _PlannedBatch:
         """A batch's numbers and the images to copy (loads in the CPU path's order), its metas (with the
         samples decoded for it)."""
         if self.cache is None:
             self._hold(keys)
+        try:
+            return self._plan_held(keys)
+        except BaseException:
+            self._release(done=True)  # nothing half-counted carries over
+            raise
+
+    def _plan_held(self, keys) -> _PlannedBatch:
         size = keys[0][2]
         slots, failures_by_slot = [], {}
         for slot, key in enumerate(keys):
@@ -401,6 +409,11 @@ class DeviceAugmentLoader(DetectionLoader):
     def request_batches(self) -> int:
         """Batches one request makes (within an epoch; what a timing aligns to)."""
         return self.group
+
+    def __iter__(self):
+        if self.workers == 0:  # made here, anew: nothing held over from an iteration left unfinished
+            self.dataset._release(done=True)
+        return super().__iter__()
 
     @staticmethod
     def _flat(delivered):

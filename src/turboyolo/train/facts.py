@@ -146,9 +146,11 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
     loader = build_loader(subset, img_size=img_size, batch_size=max(1, min(batch, len(subset))),
                           augment=augment, workers=workers, shuffle=True, cache=cache,
                           augment_on=augment_on, multiscale=multiscale, pin_memory=False)
-    if workers:  # at least WORKER_REQUESTS requests, and past the first round of every worker's buffer ring
-        batches = max(WORKER_REQUESTS * getattr(loader, "request_batches", 1), ring_round_batches(loader))
-        passes = max(passes, -(-batches * batch // len(subset)))
+    if workers:  # at least WORKER_REQUESTS requests (a request of several batches: as many requests as
+        # passes), and past the first round of every worker's buffer ring
+        per_request = min(getattr(loader, "request_batches", 1), len(loader))
+        passes = max(passes, -(-WORKER_REQUESTS * batch // len(subset))) * per_request
+        passes = max(passes, -(-ring_round_batches(loader) * batch // len(subset)))
     m = measure_loader(loader, len(subset) * passes)
     if m.cpu_s < MIN_TIMED_S:  # a cheap path (cached, device augmentation): time enough of it that the
         # timer's and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
