@@ -1,7 +1,9 @@
 """JPEG/PNG structure checks: every kind of good file passes, each kind of damage is named."""
 
 import io
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import cv2
@@ -158,6 +160,35 @@ def test_eighth_scale_stream_with_fill_bytes_and_odd_headers():
     twice = bytearray(data)
     twice[sof + 10 + 3] = twice[sof + 10]
     assert eighth_scale_jpeg(bytes(twice)) is None
+
+
+# Progressive scan scripts beyond what Pillow and OpenCV write (jpegtran -scans): every component's DC in
+# a scan of its own, luma AC split by band, successive approximation of DC and AC, chroma before luma.
+_SCAN_SCRIPTS = (
+    "0: 0 0 0 0; 1: 0 0 0 0; 2: 0 0 0 0; 0: 1 63 0 0; 1: 1 63 0 0; 2: 1 63 0 0;",
+    "0 1 2: 0 0 0 2; 0: 1 5 0 2; 2: 1 63 0 0; 1: 1 63 0 0; 0: 6 20 0 2; 0: 21 63 0 2; 0 1 2: 0 0 2 1; "
+    "0: 1 63 2 1; 0 1 2: 0 0 1 0; 0: 1 63 1 0;",
+    "0 1 2: 0 0 0 0; 0: 1 1 0 0; 0: 2 2 0 0; 1: 1 63 0 0; 0: 3 63 0 0; 2: 1 63 0 0;",
+)
+
+
+@pytest.mark.skipif(shutil.which("jpegtran") is None, reason="jpegtran not installed (libjpeg-turbo-progs)")
+def test_eighth_scale_stream_with_custom_scan_scripts(tmp_path):
+    for k, (height, width, subsampling) in enumerate([(240, 320, 2), (97, 203, 1), (130, 70, 0)]):
+        source = tmp_path / f"{k}.jpg"
+        source.write_bytes(_jpeg(Image.fromarray(_photo_like(height, width, k)), subsampling=subsampling))
+        for s, script in enumerate(_SCAN_SCRIPTS):
+            scans = tmp_path / "scans.txt"
+            scans.write_text(script)
+            for restart in ([], ["-restart", "2"], ["-restart", "1B"]):
+                data = subprocess.run(["jpegtran", "-scans", str(scans), *restart, str(source)],
+                                      capture_output=True, check=True).stdout
+                short = eighth_scale_jpeg(data)
+                assert short is not None and len(short) < len(data), (k, s, restart)
+                assert np.array_equal(_eighth(short), _eighth(data)), (k, s, restart)
+        arithmetic = subprocess.run(["jpegtran", "-arithmetic", "-progressive", str(source)],
+                                    capture_output=True, check=True).stdout
+        assert eighth_scale_jpeg(arithmetic) is None  # only Huffman-coded files are rewritten
 
 
 @pytest.mark.skipif(not list(Path("/usr/share/backgrounds").glob("*.jpg")),
