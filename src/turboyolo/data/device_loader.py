@@ -12,6 +12,11 @@ saying which canvas goes where. The device then runs
 :func:`turboyolo.data.device_augment.augment_batch` (or ``compose_batch``) after the non-blocking copy
 (:meth:`CanvasBatch.to_device`, which :func:`turboyolo.data.loader.move_to_device` calls).
 
+Without a cache the originals are decoded, each once per partner pool in the process that makes the
+pool's batches (its decoded images are held until that process has planned the pool), as on the CPU
+path; with several workers a pool's requests go to the workers in turn, each decoding what its own
+batches draw.
+
 The buffer is allocated where it will travel from: page-locked memory in-process (``workers=0`` with
 CUDA), shared memory in a worker process (so sending it to the main process copies nothing).
 """
