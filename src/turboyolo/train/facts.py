@@ -142,7 +142,8 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
                  cache, augment_on: str, workers: int = 0, multiscale=None,
                  passes: int = 1) -> tuple[float, float]:
     """(CPU-seconds per image of all loader processes, main process's share) over ``passes`` timed passes
-    of ``subset`` after a warm-up batch."""
+    of ``subset`` after a warm-up batch; with workers, over at least :data:`WORKER_REQUESTS` requests and
+    past every worker's buffer ring (:func:`turboyolo.data.timing.ring_round_batches`)."""
     loader = build_loader(subset, img_size=img_size, batch_size=max(1, min(batch, len(subset))),
                           augment=augment, workers=workers, shuffle=True, cache=cache,
                           augment_on=augment_on, multiscale=multiscale, pin_memory=False)
