@@ -257,12 +257,15 @@ class DeviceAugmentDataset(DetectionDataset):
         if self.cache is None:
             self._hold(keys)
         try:
-            return self._plan_held(keys)
+            planned = self._plan_keys(keys)
         except BaseException:
             self._release(done=True)  # nothing half-counted carries over
             raise
+        if self.cache is None:
+            self._release()
+        return planned
 
-    def _plan_held(self, keys) -> _PlannedBatch:
+    def _plan_keys(self, keys) -> _PlannedBatch:
         size = keys[0][2]
         slots, failures_by_slot = [], {}
         for slot, key in enumerate(keys):
@@ -278,12 +281,10 @@ class DeviceAugmentDataset(DetectionDataset):
         matrices = np.array([composed[0].matrix for composed, _, _ in slots], np.float64).reshape(count, 2, 3)
         paths = [str(self.samples[loaded[2]].image) for _, _, loaded in slots]
         composed = [sub for sub, _, _ in slots]
-        meta = MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot,
-                         decoded=tuple(self._decoded_now))
-        if self.cache is None:
-            self._release()
         return _PlannedBatch(composed, [weights for _, weights, _ in slots], size,
-                             sum(len(part.images) for slot in composed for part in slot), meta)
+                             sum(len(part.images) for slot in composed for part in slot),
+                             MetaBatch(paths, orig, ratio, pad, matrices, failures_by_slot,
+                                       decoded=tuple(self._decoded_now)))
 
     def _pack(self, planned: _PlannedBatch, buffer: torch.Tensor
               ) -> tuple[CanvasBatch, torch.Tensor, MetaBatch]:
