@@ -28,6 +28,7 @@ from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
 from turboyolo.model.postprocess import decode, nms_options, postprocess
 from turboyolo.train import distributed
+from turboyolo.train.darknet_step import DarknetStep
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import (
     EVAL_CONF_THRES,
@@ -76,6 +77,8 @@ class TrainState:
     last_checkpoint_iteration: int | None = None  # the iteration `last_checkpoint` holds
     # images whose labels are model-made and unreviewed, trained without background loss (--unreviewed ignore)
     no_background: frozenset[str] = frozenset()
+    # --arithmetic darknet with Darknet's loss and update: the whole step in Darknet's float operations
+    darknet_step: DarknetStep | None = None
 
 
 def _no_background(state: TrainState, metas, device: torch.device) -> torch.Tensor | None:
@@ -169,6 +172,8 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         if micro == 0:
             set_lr(optimizer, lr_at(state.schedule, state.iteration + 1))
             norms.save()
+            if state.darknet_step is not None:
+                state.darknet_step.save()
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
         step_terms += _forward_backward(state, options, images, targets, metas, last_micro)
@@ -207,6 +212,10 @@ def _forward_backward(state: TrainState, options: StepOptions, images: torch.Ten
                       metas, last_micro: bool) -> torch.Tensor:
     """One mini-batch's forward, loss and backward (gradients added to the iteration's); its loss terms."""
     x = move_to_device(images, options.device, channels_last=options.channels_last)
+    if state.darknet_step is not None:  # Darknet's forward, deltas and backward (train/darknet_step.py)
+        outputs = state.darknet_step.forward_backward(x, targets)
+        with torch.no_grad():
+            return state.loss_fn(outputs, targets, tuple(x.shape[2:]))[1]
     with _no_sync(state, last_micro):
         with autocast(options):
             # not `state.forward or model`: bool() of torch.compile's wrapper calls len(), which raises
@@ -268,6 +277,8 @@ def _step(state: TrainState, options: StepOptions, terms: torch.Tensor) -> bool:
     """Clip and apply the accumulated gradients; False, with nothing applied, when the iteration's loss
     terms or gradients are NaN or inf (the one sync of every iteration). With a GradScaler, gradients
     that overflow float16 are its business (it skips and lowers its scale): only the loss is checked."""
+    if state.darknet_step is not None:
+        return _darknet_step(state, terms)
     params = [p for group in state.optimizer.param_groups for p in group["params"] if p.grad is not None]
     if state.scaler is not None:
         state.scaler.unscale_(state.optimizer)
@@ -287,6 +298,19 @@ def _step(state: TrainState, options: StepOptions, terms: torch.Tensor) -> bool:
     else:
         state.optimizer.step()
     state.optimizer.zero_grad(set_to_none=True)
+    if state.ema is not None:
+        state.ema.update(state.model)
+    return True
+
+
+def _darknet_step(state: TrainState, terms: torch.Tensor) -> bool:
+    """The update of a Darknet-exact iteration (its deltas are in the momentum buffers already); False,
+    with the buffers as they were, when the loss or a buffer is NaN or inf."""
+    step = state.darknet_step
+    if not (bool(torch.isfinite(terms).all()) and step.finite()):
+        step.restore()
+        return False
+    step.update(state.schedule, state.iteration + 1)
     if state.ema is not None:
         state.ema.update(state.model)
     return True
