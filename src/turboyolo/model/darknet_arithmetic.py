@@ -59,17 +59,35 @@ def sequential_conv2d(x: torch.Tensor, weight: torch.Tensor, stride: int, paddin
     out_channels, _, size, _ = weight.shape
     out_h = (height + 2 * padding - size) // stride + 1
     out_w = (width + 2 * padding - size) // stride + 1
-    columns = F.unfold(x, size, padding=padding, stride=stride)  # [B, K, L], K in (c, row, col) order
-    taps = weight.detach().reshape(out_channels, -1).t().contiguous()  # [K, O]: tap k's weights together
-    columns = columns.detach()
-    out = taps[0, None, :, None] * columns[:, None, 0, :]
-    product = torch.empty_like(out)
-    for k in range(1, taps.shape[0]):
-        # the product rounded to float32, then the sum (two operations: torch.addcmul would fuse them
-        # into one rounding on CPUs with FMA); in place, so the loop allocates nothing
-        torch.mul(taps[k, None, :, None], columns[:, None, k, :], out=product)
-        out.add_(product)
-    return out.reshape(batch, out_channels, out_h, out_w)
+    columns = F.unfold(x.detach().float(), size, padding=padding, stride=stride).numpy()  # [B, K, L]
+    taps = weight.detach().float().reshape(out_channels, -1).t().numpy()  # [K, O]: tap k's weights
+    out = np.stack([ordered_sum_of_products(taps, columns[b]) for b in range(batch)])
+    return torch.from_numpy(out).reshape(batch, out_channels, out_h, out_w)
+
+
+CACHED = 1 << 20  # floats of an output block kept together while its sums run
+
+
+def ordered_sum_of_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``[K, M]``, ``[K, N]`` -> ``[M, N]``: ``0 + a[0, m] b[0, n] + a[1, m] b[1, n] + ...``, ``k`` in order,
+    each product and each sum rounded to float32 (no fused multiply-add): Darknet's ``gemm_nn`` (the
+    forward convolution) and ``gemm_tn`` (its input gradient), whose loops over ``k`` the compiler
+    vectorises across ``n`` only. Two tensor operations per ``k`` (PyTorch's broadcasting loops are
+    faster here than numpy's), over blocks of columns."""
+    a_t, b_t = torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b))
+    depth, rows = a.shape
+    cols = b.shape[1]
+    out = torch.empty((rows, cols))
+    width = max(1, CACHED // max(rows, 1))
+    for start in range(0, cols, width):
+        stop = min(start + width, cols)
+        total = torch.zeros((rows, stop - start))
+        product = torch.empty_like(total)
+        for k in range(depth):
+            torch.mul(a_t[k, :, None], b_t[k, None, start:stop], out=product)  # rounded, then added
+            total.add_(product)
+        out[:, start:stop] = total
+    return out.numpy()
 
 
 def conv_forward(conv: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:

@@ -296,10 +296,11 @@ class RuntimeArgs:
     bn_train: str = option("torch", "BatchNorm in training: torch (PyTorch's fused formula) or darknet "
                            "(Darknet's: the unbiased variance, (x - mean) / (sqrt(var) + 1e-6), and its "
                            "hand-written backward; slower; --sync-bn replaces it)", choices=BN_TRAIN_CHOICES)
-    arithmetic: str = option("torch", "the forward pass's float arithmetic: torch (PyTorch's kernels) or "
-                             "darknet (convolution, batch norm and leaky ReLU in the float32 operations of "
-                             "Darknet's CPU code, so ties at the ReLU's kink go as in Darknet; convolutions "
-                             "some 100x slower; model/darknet_arithmetic.py)", choices=ARITHMETICS)
+    arithmetic: str = option("torch", "the training step's float arithmetic: torch (PyTorch's kernels and "
+                             "autograd) or darknet (the float32 operations of Darknet's compiled CPU code: "
+                             "with --config darknet's settings the whole step, forward, deltas, backward "
+                             "and update, equal to the darknet binary's to the bit; else the forward pass; "
+                             "CPU only, some 100x slower; train/darknet_step.py)", choices=ARITHMETICS)
     seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
 
     def check(self) -> None:

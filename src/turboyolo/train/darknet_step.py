@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,14 +44,22 @@ from torch import nn
 
 from turboyolo.model import darknet_arithmetic
 from turboyolo.model.darknet import Darknet, HeadInfo
-from turboyolo.model.layers import ConvBlock, DarknetMaxPool, Route, Shortcut, Upsample, YoloHead, channel_sums
+from turboyolo.model.layers import (
+    ConvBlock,
+    DarknetMaxPool,
+    Route,
+    Shortcut,
+    Upsample,
+    YoloHead,
+    channel_sums,
+)
 from turboyolo.train.optim import Schedule, lr_at
 
 F32 = np.float32
 UPDATES = "darknet_updates"  # the optimizer state key of a parameter's Darknet momentum buffer
 MAX_BOXES = 90  # [yolo] max= default: the truths a layer reads per image
 FLT_MAX = np.finfo(np.float32).max
-_BLOCK = 1 << 22  # elements per vector operation in the chunked loops (memory bound)
+_CACHED = 1 << 15  # floats of a block of lane sums kept in the cache (gemm_nt_sums)
 
 
 def unsupported(model: Darknet) -> str | None:
@@ -82,19 +91,40 @@ def unsupported(model: Darknet) -> str | None:
     return None
 
 
+def overwritten_deltas(model: Darknet) -> list[int]:
+    """The layers whose gradient Darknet's CPU backward partly loses: a 1x1 convolution writes its input's
+    delta (``gemm`` with beta 0) instead of adding to it, so what a later route or shortcut put there first
+    is gone (darknet53's residual blocks: the shortcut's gradient into its source). This step does the
+    same; ``--arithmetic torch`` (autograd) keeps those gradients."""
+    consumers: dict[int, list[int]] = {}
+    for index, module in enumerate(model.layers):
+        if isinstance(module, Route):
+            sources = list(module.sources)
+        elif isinstance(module, Shortcut):
+            sources = [index - 1, module.source]
+        else:
+            sources = [index - 1] if index > 0 else []
+        for source in sources:
+            consumers.setdefault(source, []).append(index)
+    return [index - 1 for index, module in enumerate(model.layers)
+            if index and isinstance(module, ConvBlock) and module.conv.kernel_size[0] == 1
+            and any(consumer > index for consumer in consumers.get(index - 1, []))]
+
+
 # ------------------------------------------------------------------------------------ reductions
 
 
-def lane_sums(products: np.ndarray, pair_tail: bool = False) -> np.ndarray:
+def lane_sums(products: np.ndarray, pair_tail: bool = False, start: np.ndarray | None = None) -> np.ndarray:
     """Per row of ``products`` ``[R, L]`` float32, the sum as ``-Ofast`` vectorises ``sum += p[k]``.
 
     Four lanes when ``L >= 4`` (lane ``j``: ``p[4t + j]`` in order), joined as ``(l0 + l2) + (l1 + l3)``;
     the ``L % 4`` left (all of them when ``L < 4``) are added after, one by one, or (``pair_tail``,
-    ``gemm_nt``) a pair ``(p[a] + p[a+1])`` first and then the last one.
+    ``gemm_nt``) a pair ``(p[a] + p[a+1])`` first and then the last one. ``start``: the joined lanes when
+    the caller summed them (``products`` then holds the left-over elements only).
     """
     rows, length = products.shape
-    vector = 4 * (length // 4) if length >= 4 else 0
-    total = np.zeros(rows, F32)
+    vector = 4 * (length // 4) if length >= 4 and start is None else 0
+    total = np.zeros(rows, F32) if start is None else start
     if vector:
         lanes = np.add.accumulate(products[:, :vector].reshape(rows, -1, 4), axis=1, dtype=F32)[:, -1]
         total = (lanes[:, 0] + lanes[:, 2]) + (lanes[:, 1] + lanes[:, 3])
@@ -115,26 +145,32 @@ def sequential_sums(values: np.ndarray) -> np.ndarray:
 
 
 def gemm_nt_sums(delta: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """``gemm_nt``'s sums ``[O, K]``: ``sum_l delta[o, l] * columns[k, l]`` in its lane order."""
+    """``gemm_nt``'s sums ``[O, K]``: ``sum_l delta[o, l] * columns[k, l]`` in its lane order.
+
+    The four lanes of every ``(o, k)`` are accumulated together, one step ``t`` (elements ``4t .. 4t+3``)
+    after another, over blocks of ``o`` small enough to stay in the cache."""
     outs, length = delta.shape
     taps = columns.shape[0]
+    vector = 4 * (length // 4) if length >= 4 else 0
+    steps = vector // 4
+    by_step = np.ascontiguousarray(delta[:, :vector].reshape(outs, steps, 4).transpose(1, 2, 0))  # [T, 4, O]
+    col_step = np.ascontiguousarray(columns[:, :vector].reshape(taps, steps, 4).transpose(1, 2, 0))
+    rest_delta, rest_columns = delta[:, vector:], columns[:, vector:]
     result = np.empty((outs, taps), F32)
-    rows = max(1, _BLOCK // max(taps * length, 1))
+    rows = max(1, _CACHED // (4 * taps))
     for start in range(0, outs, rows):
-        part = delta[start:start + rows]
-        products = (part[:, None, :] * columns[None, :, :]).reshape(-1, length)
-        result[start:start + rows] = lane_sums(products, pair_tail=True).reshape(part.shape[0], taps)
+        stop = min(start + rows, outs)
+        lanes = np.zeros((4, stop - start, taps), F32)
+        product = np.empty_like(lanes)
+        for t in range(steps):
+            np.multiply(by_step[t, :, start:stop, None], col_step[t, :, None, :], out=product)
+            lanes += product
+        tail = rest_delta[start:stop, None, :] * rest_columns[None, :, :]  # [o, K, L % 4]
+        total = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+        tail = tail.reshape((stop - start) * taps, rest_delta.shape[1])
+        sums = lane_sums(tail, pair_tail=True, start=total.reshape(-1))
+        result[start:stop] = sums.reshape(stop - start, taps)
     return result
-
-
-def gemm_tn(weights: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """``gemm_tn`` into a zeroed ``C``: ``C[k, l] = sum_o weights[o, k] * delta[o, l]``, ``o`` in order."""
-    out = np.zeros((weights.shape[1], delta.shape[1]), F32)
-    product = np.empty_like(out)
-    for o in range(weights.shape[0]):
-        np.multiply(weights[o][:, None], delta[o][None, :], out=product)
-        out += product
-    return out
 
 
 def col2im_add(columns: np.ndarray, image_delta: np.ndarray, size: int, stride: int, pad: int) -> None:
@@ -206,9 +242,16 @@ def batchnorm_backward(delta: np.ndarray, x: np.ndarray, x_norm: np.ndarray, mea
 # ------------------------------------------------------------------------------------ the [yolo] layer
 
 
+def c_exp(x: np.ndarray) -> np.ndarray:
+    """The C library's double ``exp`` of each element (Python's ``math.exp`` calls it): what Darknet's
+    logistic and ``get_yolo_box`` call; numpy's own vectorised ``exp`` may differ in the last bit."""
+    flat = np.asarray(x, np.float64).reshape(-1)
+    return np.fromiter(map(math.exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+
+
 def logistic(x: np.ndarray) -> np.ndarray:
     """``logistic_activate``: ``1. / (1. + exp(-x))`` in double, rounded to float."""
-    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(F32)
+    return (1.0 / (1.0 + c_exp(-x))).astype(F32)
 
 
 def _overlap(x1, w1, x2, w2):
@@ -271,8 +314,8 @@ def yolo_deltas(raw: np.ndarray, head: HeadInfo, truths: list[np.ndarray], net_h
         for n, anchor in enumerate(head.mask):
             px = (cols + out[b, n, 0]) / F32(grid_w)
             py = (rows + out[b, n, 1]) / F32(grid_h)
-            pw = (np.exp(out[b, n, 2].astype(np.float64)) * np.float64(biases[2 * anchor]) / net_w).astype(F32)
-            ph = (np.exp(out[b, n, 3].astype(np.float64)) * np.float64(biases[2 * anchor + 1]) / net_h).astype(F32)
+            pw = (c_exp(out[b, n, 2]) * np.float64(biases[2 * anchor]) / net_w).astype(F32)
+            ph = (c_exp(out[b, n, 3]) * np.float64(biases[2 * anchor + 1]) / net_h).astype(F32)
             for t in truth:
                 iou = box_iou((px, py, pw, ph), (t[0], t[1], t[2], t[3]))
                 best[n] = np.where(iou > best[n], iou, best[n])
@@ -360,7 +403,8 @@ class DarknetStep:
         return state[UPDATES].numpy()
 
     def params(self) -> list[torch.Tensor]:
-        return [p for module in self.model.layers if isinstance(module, ConvBlock) for p in module.parameters()]
+        blocks = [module for module in self.model.layers if isinstance(module, ConvBlock)]
+        return [param for block in blocks for param in block.parameters()]
 
     def save(self) -> None:
         """Keep the buffers as they are (an iteration that turns out not finite is undone)."""
@@ -504,7 +548,7 @@ class DarknetStep:
             weight_updates += gemm_nt_sums(image_delta, columns)
             if previous is None:
                 continue
-            column_delta = gemm_tn(flat_weight, image_delta)
+            column_delta = darknet_arithmetic.ordered_sum_of_products(flat_weight, image_delta)  # gemm_tn
             if size == 1:
                 previous[b] = column_delta.reshape(previous[b].shape)
             else:

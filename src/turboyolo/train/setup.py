@@ -42,7 +42,7 @@ from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig
-from turboyolo.train.darknet_step import DarknetStep, unsupported
+from turboyolo.train.darknet_step import DarknetStep, overwritten_deltas, unsupported
 from turboyolo.train.engine import TrainState
 from turboyolo.train.facts import auto_pipeline, step_memory
 from turboyolo.train.loaders import RunData, build_loaders
@@ -349,6 +349,12 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
                 f"PyTorch's ({'; '.join(reasons)}: Darknet's own step needs --config darknet's settings)")
         else:
             state.darknet_step = DarknetStep(model, state.optimizer, state.images_per_iteration)
+            lost = overwritten_deltas(model)
+            if lost:
+                say(f"note: --arithmetic darknet: as Darknet's CPU code, the gradient that a later route or "
+                    f"shortcut sends into layer{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} is "
+                    "overwritten where the next layer is a 1x1 convolution (docs/DARKNET_TRAINING.md, item "
+                    "15); --arithmetic torch keeps it")
     return state
 
 
