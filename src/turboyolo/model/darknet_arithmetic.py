@@ -18,9 +18,11 @@ What Darknet computes (checked bit for bit against ``libdarknet.so``'s layer out
   double, rounded to float; then ``* scale``, ``+ bias`` in float32;
 * leaky ReLU: ``.1 * x`` in double, rounded to float.
 
-Only the forward values change; gradients are the usual ones (their rounding moves an update by ~1e-6 of
-its scale, not by a slope). Slow: the convolution is a loop over K (some 100x PyTorch's kernels on the CPU);
-meant for checking against Darknet and for Darknet-exact runs of small models.
+These are the forward pieces. With ``--config darknet``'s settings, train/darknet_step.py runs them with
+Darknet's deltas, backward and update (the whole step equal to the binary's); otherwise the modules use
+them in their forward and autograd's gradients are the usual ones (their rounding moves an update by ~1e-6
+of its scale, not by a slope). Slow: the convolution is a loop over K (some 100x PyTorch's kernels on the
+CPU); meant for checking against Darknet and for Darknet-exact runs of small models.
 """
 
 from __future__ import annotations
