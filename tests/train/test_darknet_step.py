@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -516,3 +517,73 @@ def test_train_command_runs_darknets_step(tmp_path, capsys):
 
     assert cli(["train", "--config", "darknet", *common, "--name", "clipped", "--clip-norm", "10"]) == 0
     assert "the backward pass PyTorch's (--clip-norm 10" in capsys.readouterr().out
+
+
+def _generated_model(tmp_path, text: str = NET):
+    from turboyolo.formats.darknet_cfg import parse_cfg
+    from turboyolo.model.darknet import Darknet
+
+    cfg = tmp_path / "net.cfg"
+    cfg.write_text(text)
+    torch.manual_seed(0)
+    return Darknet(parse_cfg(cfg)).train()
+
+
+def test_unsupported_names_what_the_step_does_not_apply(tmp_path):
+    assert ds.unsupported(_generated_model(tmp_path)) is None
+    clipped = NET.replace("ignore_thresh=.5", "ignore_thresh=.5\nmax_delta=5", 1)
+    assert "[yolo]" in ds.unsupported(_generated_model(tmp_path, clipped))
+    scaled = NET.replace("filters=16\nsize=3\nstride=2", "learning_rate=0.5\nfilters=16\nsize=3\nstride=2", 1)
+    with pytest.warns(UserWarning, match="learning_rate"):  # the parser keeps the key and says so
+        model = _generated_model(tmp_path, scaled)
+    assert "layer 2: learning_rate=" in ds.unsupported(model)
+    assert ds.unsupported(_generated_model(tmp_path, NET.replace("activation=leaky", "activation=mish", 1)))
+
+
+def test_momentum_carries_over_between_pytorchs_sgd_and_darknets_step(tmp_path):
+    """A run resumed across the two steps keeps its momentum: after a PyTorch SGD update, Darknet's step
+    (its buffer converted) makes the same second update as PyTorch's SGD would, and back again."""
+    from turboyolo.train.optim import OptimizerSettings, Schedule, build_optimizer
+
+    batch, lr = 2, 0.01
+    model = _generated_model(tmp_path)
+    optimizer = build_optimizer(model, OptimizerSettings("sgd", lr, 0.9, 0.0005))
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    generator = torch.Generator().manual_seed(1)
+    first, second = ([torch.randn(p.shape, generator=generator) for p in params] for _ in range(2))
+    for param, grad in zip(params, first):
+        param.grad = grad.clone()
+    optimizer.step()
+    twin_model = copy.deepcopy(model)
+    twin = build_optimizer(twin_model, OptimizerSettings("sgd", lr, 0.9, 0.0005))
+    twin.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # as from a checkpoint: its own tensors
+    for param, grad in zip(params, second):  # PyTorch's second update
+        param.grad = grad.clone()
+    optimizer.step()
+    step = ds.DarknetStep(twin_model, twin, batch)  # converts the buffers
+    assert all(set(state) == {ds.UPDATES} for state in twin.state.values())
+    twin_params = [p for group in twin.param_groups for p in group["params"]]
+    for param, grad in zip(twin_params, second):  # Darknet's summed deltas: -batch x the mean's gradient
+        step.updates(param)[...] += (-batch * grad).numpy()
+    step.update(Schedule(lr), 2)
+    for mine, theirs in zip(twin_params, params):
+        assert torch.allclose(mine, theirs, rtol=0, atol=1e-6)
+    ds.momentum_from_darknet(twin, batch)
+    for mine, theirs in zip(twin_params, params):
+        state, reference = twin.state[mine], optimizer.state[theirs]
+        assert set(state) == {"momentum_buffer"}
+        assert torch.allclose(state["momentum_buffer"], reference["momentum_buffer"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["constant", "steps", "step", "poly"])
+def test_rate_is_get_current_rate(policy):
+    from turboyolo.train.optim import Schedule, lr_at
+
+    schedule = Schedule(0.001, burn_in=3, power=4.0, policy=policy, steps=(5, 8), scales=(0.1, 0.5),
+                        max_batches=12, step=4, scale=0.5)
+    for iteration in range(1, 13):
+        rate = ds.darknet_rate(schedule, iteration)
+        assert rate.dtype == F32
+        assert math.isclose(float(rate), lr_at(schedule, iteration), rel_tol=1e-6)
+    steps = Schedule(0.001, policy="steps", steps=(5, 8), scales=(0.1, 0.5))
+    assert ds.darknet_rate(steps, 9) == F32(F32(F32(0.001) * F32(0.1)) * F32(0.5))  # rate *= scale, in float

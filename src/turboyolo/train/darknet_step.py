@@ -59,6 +59,7 @@ F32 = np.float32
 UPDATES = "darknet_updates"  # the optimizer state key of a parameter's Darknet momentum buffer
 MAX_BOXES = 90  # [yolo] max= default: the truths a layer reads per image
 FLT_MAX = np.finfo(np.float32).max
+PER_LAYER_KEYS = ("learning_rate", "stopbackward", "dont_update", "train_only_bn")  # Darknet's, not applied
 _CACHED = 1 << 15  # floats of a block of lane sums kept in the cache (gemm_nt_sums)
 
 
@@ -66,6 +67,10 @@ def unsupported(model: Darknet) -> str | None:
     """Why :class:`DarknetStep` cannot run ``model`` (a layer it does not transcribe), or None."""
     for index, module in enumerate(model.layers):
         if isinstance(module, ConvBlock):
+            keys = {key for key, value in getattr(model.spec.layers[index], "extra", ())
+                    if key in PER_LAYER_KEYS and not (key == "learning_rate" and float(value) == 1.0)}
+            if keys:
+                return f"layer {index}: {', '.join(sorted(keys))}= (a per-layer key the step does not apply)"
             conv = module.conv
             slope = getattr(module.act, "negative_slope", None)
             if conv.groups != 1 or conv.dilation != (1, 1):
@@ -84,7 +89,7 @@ def unsupported(model: Darknet) -> str | None:
             head = next(h for h in model.heads if h.layer_index == index)
             if (head.new_coords or head.scale_x_y != 1.0 or head.truth_thresh < 1.0 or head.iou_loss != "mse"
                     or head.iou_normalizer not in (None, 1.0) or head.obj_normalizer != 1.0
-                    or head.iou_thresh < 1.0):
+                    or head.iou_thresh < 1.0 or not math.isinf(head.max_delta)):
                 return f"layer {index}: a [yolo] layer with AlexeyAB's keys"
         elif not isinstance(module, (DarknetMaxPool, Upsample)):
             return f"layer {index}: {type(module).__name__}"
@@ -359,21 +364,47 @@ def yolo_deltas(raw: np.ndarray, head: HeadInfo, truths: list[np.ndarray], net_h
 
 
 def darknet_rate(schedule: Schedule, iteration: int) -> np.float32:
-    """``get_current_rate`` in its float arithmetic (``steps``, ``constant`` and burn-in; other policies
-    through :func:`lr_at`, rounded to float)."""
+    """``get_current_rate`` in its float arithmetic (float rate, the C library's double ``pow``) for
+    burn-in and pjreddie's ``constant``, ``steps``, ``step`` and ``poly``; turboyolo's own ``cosine`` and
+    ``linear`` (not Darknet's) through :func:`lr_at`, rounded to float."""
     lr = F32(schedule.learning_rate)
     if iteration < schedule.burn_in:
         ratio = F32(iteration) / F32(schedule.burn_in)
-        return F32(np.float64(lr) * np.float64(ratio) ** np.float64(F32(schedule.power)))
+        return F32(float(lr) * math.pow(float(ratio), float(F32(schedule.power))))
+    if schedule.policy == "constant":
+        return lr
     if schedule.policy == "steps":
         for step, scale in zip(schedule.steps, schedule.scales, strict=False):
             if step > iteration:
                 break
             lr = F32(lr * F32(scale))
         return lr
-    if schedule.policy == "constant":
-        return lr
+    if schedule.policy == "step":
+        return F32(float(lr) * math.pow(float(F32(schedule.scale)), iteration // max(schedule.step, 1)))
+    if schedule.policy == "poly":
+        left = F32(1) - F32(iteration) / F32(schedule.max_batches)
+        return F32(float(lr) * math.pow(float(left), float(F32(schedule.power))))
     return F32(lr_at(schedule, iteration))
+
+
+def momentum_to_darknet(optimizer: torch.optim.Optimizer, batch: int) -> None:
+    """A run resumed into Darknet's step from a checkpoint of PyTorch's SGD: each ``momentum_buffer``
+    becomes Darknet's buffer (``-batch * momentum * buffer``, what Darknet holds after its update)."""
+    momentum = float(optimizer.param_groups[0].get("momentum", 0.0))
+    for state in optimizer.state.values():
+        buffer = state.pop("momentum_buffer", None)
+        if buffer is not None and UPDATES not in state and momentum:
+            state[UPDATES] = (buffer.float() * (-batch * momentum)).contiguous()
+
+
+def momentum_from_darknet(optimizer: torch.optim.Optimizer, batch: int) -> None:
+    """The reverse, for a run resumed from Darknet's step into PyTorch's SGD (another device, a setting
+    the step does not have): Darknet's buffers become ``momentum_buffer``s."""
+    momentum = float(optimizer.param_groups[0].get("momentum", 0.0))
+    for state in optimizer.state.values():
+        updates = state.pop(UPDATES, None)
+        if updates is not None and "momentum_buffer" not in state and momentum:
+            state["momentum_buffer"] = updates / (-batch * momentum)
 
 
 class DarknetStep:
@@ -392,6 +423,7 @@ class DarknetStep:
         self.decay = F32(max(group["weight_decay"] for group in optimizer.param_groups))
         self.momentum = F32(optimizer.param_groups[0]["momentum"])
         self.saved: list[np.ndarray] = []
+        momentum_to_darknet(optimizer, images_per_iteration)
         self.trace: tuple | None = None  # (outputs, deltas, cache) of the last mini-batch when set to ()
 
     # -- the momentum buffers (Darknet's weight_updates, bias_updates, scale_updates)

@@ -42,7 +42,7 @@ from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig
-from turboyolo.train.darknet_step import DarknetStep, overwritten_deltas, unsupported
+from turboyolo.train.darknet_step import DarknetStep, momentum_from_darknet, overwritten_deltas, unsupported
 from turboyolo.train.engine import TrainState
 from turboyolo.train.facts import auto_pipeline, step_memory
 from turboyolo.train.loaders import RunData, build_loaders
@@ -342,8 +342,11 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
         device_ids = [device.index] if device.type == "cuda" else None
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
-    if runtime.arithmetic == "darknet":
-        reasons = _not_darknet_step(config, state, device, amp_dtype, env)
+    exact = runtime.arithmetic == "darknet"
+    reasons = _not_darknet_step(config, state, device, amp_dtype, env) if exact else []
+    if not exact or reasons:  # a resumed run's buffers of Darknet's step, if any
+        momentum_from_darknet(state.optimizer, state.images_per_iteration)
+    if exact:
         if reasons:
             say("--arithmetic darknet: the forward pass in Darknet's float operations, the backward pass "
                 f"PyTorch's ({'; '.join(reasons)}: Darknet's own step needs --config darknet's settings)")
