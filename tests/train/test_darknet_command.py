@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -58,20 +59,29 @@ def darknet_weights(work, image, iterations: int, weights) -> np.ndarray:
     return read_weights(work / "backup" / "train_final.weights")[1]
 
 
-def turboyolo_weights(work, images: list, iterations: int, weights) -> dict[int, np.ndarray]:
+def start_turboyolo(work, images: list, iterations: int, weights) -> subprocess.Popen:
+    """``turboyolo train --config darknet`` on ``images`` in a process of its own (one thread), so that
+    the runs on a list with the image once and twice go side by side on two cores."""
+    write_run(work, images, iterations)
+    command = [sys.executable, "-m", "turboyolo", "train", "--config", "darknet", "--cfg",
+               str(work / "train.cfg"), "--data", str(work / "t.data"), "--weights", str(weights),
+               "--max-batches", str(iterations),
+               # where the run goes, no evaluation, every epoch's weights: nothing that changes the training
+               "--device", "cpu", "--project", str(work), "--name", "run", "--evaluation-interval", "0",
+               "--checkpoint-interval", "1", "--workers", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(work / "train.log", "w") as log:  # a file, not a pipe that could fill while the other runs
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def turboyolo_weights(work, run: subprocess.Popen, iterations: int) -> dict[int, np.ndarray]:
     """The command's weights after each iteration (one image listed once or twice at batch 2: an epoch is
     one iteration, and ``--checkpoint-interval 1`` keeps every epoch's)."""
-    from turboyolo.cli import main as cli
     from turboyolo.formats.darknet_cfg import parse_cfg
     from turboyolo.model.darknet import Darknet
     from turboyolo.model.loading import checkpoint_model_state, read_checkpoint
 
-    write_run(work, images, iterations)
-    assert cli(["train", "--config", "darknet", "--cfg", str(work / "train.cfg"), "--data",
-                str(work / "t.data"), "--weights", str(weights), "--max-batches", str(iterations),
-                # where the run goes, no evaluation, every epoch's weights: nothing that changes the training
-                "--device", "cpu", "--project", str(work), "--name", "run", "--evaluation-interval", "0",
-                "--checkpoint-interval", "1", "--workers", "0"]) == 0
+    assert run.wait() == 0, (work / "train.log").read_text()[-4000:]
     model = Darknet(parse_cfg(work / "train.cfg"))
     found = {}
     for epoch in range(1, iterations + 1):
@@ -156,12 +166,17 @@ def _assert_agrees(tmp_path, tiny_weights, image, errors_of) -> None:
     """turboyolo on ``image`` listed once and twice: the same weights, and within the bar of Darknet's
     after 1 and 10 iterations (``errors_of(ours, start, iterations)``: per tensor)."""
     _, start = read_weights(tiny_weights)
-    runs = {}
+    started = {listed: start_turboyolo(tmp_path / f"ours{listed}", [image] * listed, max(RUNS), tiny_weights)
+               for listed in (1, 2)}
+    try:
+        runs = {listed: turboyolo_weights(tmp_path / f"ours{listed}", process, max(RUNS))
+                for listed, process in started.items()}
+    finally:
+        for process in started.values():
+            process.kill()
+    # `batch` draws per iteration whatever the list's length: the same batches
+    assert all(np.array_equal(runs[1][run], runs[2][run]) for run in RUNS), "listed twice: changed"
     for listed in (1, 2):
-        runs[listed] = turboyolo_weights(tmp_path / f"ours{listed}", [image] * listed, max(RUNS),
-                                         tiny_weights)
-        if listed == 2:  # `batch` draws per iteration whatever the list's length: the same batches
-            assert all(np.array_equal(runs[1][run], runs[2][run]) for run in RUNS), "listed twice: changed"
         for run in RUNS:
             bar = ONE_ITERATION if run == 1 else TEN_ITERATIONS
             errors = errors_of(runs[listed][run], start, run)
