@@ -166,14 +166,17 @@ def _assert_agrees(tmp_path, tiny_weights, image, errors_of) -> None:
     """turboyolo on ``image`` listed once and twice: the same weights, and within the bar of Darknet's
     after 1 and 10 iterations (``errors_of(ours, start, iterations)``: per tensor)."""
     _, start = read_weights(tiny_weights)
-    started = {listed: start_turboyolo(tmp_path / f"ours{listed}", [image] * listed, max(RUNS), tiny_weights)
-               for listed in (1, 2)}
+    started = {}
     try:
+        for listed in (1, 2):
+            started[listed] = start_turboyolo(tmp_path / f"ours{listed}", [image] * listed, max(RUNS),
+                                              tiny_weights)
         runs = {listed: turboyolo_weights(tmp_path / f"ours{listed}", process, max(RUNS))
                 for listed, process in started.items()}
     finally:
-        for process in started.values():
+        for process in started.values():  # a failed run leaves none behind
             process.kill()
+            process.wait()
     # `batch` draws per iteration whatever the list's length: the same batches
     assert all(np.array_equal(runs[1][run], runs[2][run]) for run in RUNS), "listed twice: changed"
     for listed in (1, 2):

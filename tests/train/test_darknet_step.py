@@ -538,6 +538,17 @@ def test_unsupported_names_what_the_step_does_not_apply(tmp_path):
         model = _generated_model(tmp_path, scaled)
     assert "layer 2: learning_rate=" in ds.unsupported(model)
     assert ds.unsupported(_generated_model(tmp_path, NET.replace("activation=leaky", "activation=mish", 1)))
+    stopped = NET.replace("[maxpool]\nsize=2\nstride=1", "[maxpool]\nstopbackward=1\nsize=2\nstride=1", 1)
+    with pytest.warns(UserWarning, match="stopbackward"):
+        model = _generated_model(tmp_path, stopped)
+    assert "layer 6: stopbackward=" in ds.unsupported(model)  # on any layer, as backward_network reads it
+    for key, value in (("stopbackward", "0"), ("learning_rate", "1.0")):  # values that change nothing
+        neutral = NET.replace("[maxpool]\nsize=2\nstride=1", f"[maxpool]\n{key}={value}\nsize=2\nstride=1", 1)
+        with pytest.warns(UserWarning):
+            assert ds.unsupported(_generated_model(tmp_path, neutral)) is None
+    broken = NET.replace("filters=16\nsize=3\nstride=2", "learning_rate=abc\nfilters=16\nsize=3\nstride=2", 1)
+    with pytest.warns(UserWarning):
+        assert "learning_rate=" in ds.unsupported(_generated_model(tmp_path, broken))  # refused, no crash
 
 
 def test_momentum_carries_over_between_pytorchs_sgd_and_darknets_step(tmp_path):

@@ -59,18 +59,19 @@ F32 = np.float32
 UPDATES = "darknet_updates"  # the optimizer state key of a parameter's Darknet momentum buffer
 MAX_BOXES = 90  # [yolo] max= default: the truths a layer reads per image
 FLT_MAX = np.finfo(np.float32).max
-PER_LAYER_KEYS = ("learning_rate", "stopbackward", "dont_update", "train_only_bn")  # Darknet's, not applied
+# Darknet's per-layer keys (any section) that neither the step nor autograd applies: the step refuses them
+PER_LAYER_KEYS = ("learning_rate", "stopbackward", "dont_update", "train_only_bn")
 _CACHED = 1 << 15  # floats of a block of lane sums kept in the cache (gemm_nt_sums)
 
 
 def unsupported(model: Darknet) -> str | None:
     """Why :class:`DarknetStep` cannot run ``model`` (a layer it does not transcribe), or None."""
     for index, module in enumerate(model.layers):
+        keys = sorted(key for key, value in getattr(model.spec.layers[index], "extra", ())
+                      if key in PER_LAYER_KEYS and not _neutral(key, value))
+        if keys:
+            return f"layer {index}: {', '.join(keys)}= (a per-layer key the step does not apply)"
         if isinstance(module, ConvBlock):
-            keys = {key for key, value in getattr(model.spec.layers[index], "extra", ())
-                    if key in PER_LAYER_KEYS and not (key == "learning_rate" and float(value) == 1.0)}
-            if keys:
-                return f"layer {index}: {', '.join(sorted(keys))}= (a per-layer key the step does not apply)"
             conv = module.conv
             slope = getattr(module.act, "negative_slope", None)
             if conv.groups != 1 or conv.dilation != (1, 1):
@@ -114,6 +115,14 @@ def overwritten_deltas(model: Darknet) -> list[int]:
     return [index - 1 for index, module in enumerate(model.layers)
             if index and isinstance(module, ConvBlock) and module.conv.kernel_size[0] == 1
             and any(consumer > index for consumer in consumers.get(index - 1, []))]
+
+
+def _neutral(key: str, value: str) -> bool:
+    """Whether a per-layer key's value changes nothing (``learning_rate=1``, ``stopbackward=0``, ...)."""
+    try:
+        return float(value) == (1.0 if key == "learning_rate" else 0.0)
+    except ValueError:
+        return False
 
 
 # ------------------------------------------------------------------------------------ reductions

@@ -345,7 +345,7 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
     exact = runtime.arithmetic == "darknet"
     reasons = _not_darknet_step(config, state, device, amp_dtype, env) if exact else []
     if not exact or reasons:  # a resumed run's buffers of Darknet's step, if any
-        momentum_from_darknet(state.optimizer, state.images_per_iteration)
+        momentum_from_darknet(state.optimizer, state.images_per_iteration * env.world_size)  # the cfg's batch
     if exact:
         if reasons:
             say("--arithmetic darknet: the forward pass in Darknet's float operations, the backward pass "
