@@ -58,7 +58,7 @@ def test_lane_sums_are_the_compiled_loops(length):
     expected = np.array([[_sse_sum(d * c, True) for c in columns] for d in delta], F32)
     assert np.array_equal(ds.gemm_nt_sums(delta, columns), expected)
     if length >= 64:  # the lanes are not the sequential sum: the test sees an order change
-        assert not np.array_equal(ds.lane_sums(products), ds.sequential_sums(products))
+        assert not np.array_equal(ds.lane_sums(products), arith.sequential_sums(products))
 
 
 def test_ordered_products_add_in_order():
@@ -364,6 +364,17 @@ random=0
 """
 
 
+def _generated_model(tmp_path, text: str = NET, seed: int = 0):
+    """The network of ``text`` (written to ``tmp_path / "net.cfg"``) with ``seed``'s random weights."""
+    from turboyolo.formats.darknet_cfg import parse_cfg
+    from turboyolo.model.darknet import Darknet
+
+    cfg = tmp_path / "net.cfg"
+    cfg.write_text(text)
+    torch.manual_seed(seed)
+    return Darknet(parse_cfg(cfg)).train()
+
+
 def _generated_batch(seed: int):
     """Two random 32x32 images and 2-4 boxes each (small and large, random classes), one box per cell."""
     rng = np.random.default_rng(seed)
@@ -384,16 +395,11 @@ def test_step_is_autograds_gradient_in_darknets_order(tmp_path, seed):
     pools, route, upsample, shortcut, two heads), the summed deltas are the negated gradient of the
     Darknet loss (autograd, the recipe's forward) to float rounding, less what Darknet's 1x1 convolution
     drops; the update moves every parameter."""
-    from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.model.darknet import Darknet
     from turboyolo.model.layers import ConvBlock
     from turboyolo.train.loss import YoloLoss
     from turboyolo.train.optim import OptimizerSettings, Schedule, build_optimizer
 
-    cfg = tmp_path / "net.cfg"
-    cfg.write_text(NET)
-    torch.manual_seed(seed)
-    model = Darknet(parse_cfg(cfg)).train()
+    model = _generated_model(tmp_path, seed=seed)
     for module in model.modules():
         if hasattr(module, "darknet_training"):
             module.darknet_training = True
@@ -449,9 +455,7 @@ def test_step_equals_libdarknet(tmp_path, seed, images_per_batch):
     """The generated network's mini-batch through libdarknet.so's forward_network + backward_network
     (tests/fixtures/darknet_step/dump_step.c) and through the step: every output and every summed delta
     equal to the bit."""
-    from turboyolo.formats.darknet_cfg import parse_cfg
     from turboyolo.formats.darknet_weights import WeightsHeader, write_weights
-    from turboyolo.model.darknet import Darknet
     from turboyolo.model.layers import ConvBlock
     from turboyolo.train.optim import OptimizerSettings, build_optimizer
 
@@ -459,10 +463,9 @@ def test_step_equals_libdarknet(tmp_path, seed, images_per_batch):
     subprocess.run(["gcc", "-O1", f"-I{LIBDARKNET.parent / 'include'}", str(HELPER), "-o", str(helper),
                     f"-L{LIBDARKNET.parent}", "-ldarknet", f"-Wl,-rpath,{LIBDARKNET.parent}", "-lm"],
                    check=True, capture_output=True)
+    model = _generated_model(tmp_path, NET.replace("batch=2\nsubdivisions=1",
+                                                   f"batch={images_per_batch}\nsubdivisions=1"), seed)
     cfg = tmp_path / "net.cfg"
-    cfg.write_text(NET.replace("batch=2\nsubdivisions=1", f"batch={images_per_batch}\nsubdivisions=1"))
-    torch.manual_seed(seed)
-    model = Darknet(parse_cfg(cfg)).train()
     write_weights(tmp_path / "net.weights", WeightsHeader(), model.flat_weights())
     images, targets = _generated_batch(seed)
     images, targets = images[:images_per_batch], targets[targets[:, 0] < images_per_batch]
@@ -517,16 +520,6 @@ def test_train_command_runs_darknets_step(tmp_path, capsys):
 
     assert cli(["train", "--config", "darknet", *common, "--name", "clipped", "--clip-norm", "10"]) == 0
     assert "the backward pass PyTorch's (--clip-norm 10" in capsys.readouterr().out
-
-
-def _generated_model(tmp_path, text: str = NET):
-    from turboyolo.formats.darknet_cfg import parse_cfg
-    from turboyolo.model.darknet import Darknet
-
-    cfg = tmp_path / "net.cfg"
-    cfg.write_text(text)
-    torch.manual_seed(0)
-    return Darknet(parse_cfg(cfg)).train()
 
 
 def test_unsupported_names_what_the_step_does_not_apply(tmp_path):

@@ -112,6 +112,20 @@ def variance(centred: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(total * np.float32(1.0 / max(count - 1, 1)))
 
 
+def sequential_sums(rows: np.ndarray) -> np.ndarray:
+    """Per row of ``rows`` ``[R, L]`` float32, the sum one float after another from 0, as Darknet adds into
+    memory (``mean_cpu``, ``variance_cpu``'s float part, ``mean_delta_cpu``, ``variance_delta_cpu``); numpy's
+    ``add.accumulate`` is sequential by definition (torch's ``cumsum`` is not)."""
+    if rows.shape[1] == 0:
+        return np.zeros(rows.shape[0], np.float32)
+    return np.add.accumulate(rows, axis=1, dtype=np.float32)[:, -1].copy()
+
+
+def leaky(x: torch.Tensor) -> torch.Tensor:
+    """Darknet's leaky ReLU: ``x`` above 0, else ``.1 * x`` in double rounded to float."""
+    return torch.where(x > 0, x, (x.double() * 0.1).float())
+
+
 def normalise(centred: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
     """``normalize_cpu``: ``(x - mean) / (sqrt(var) + .000001f)`` in double, rounded to float32."""
     denominator = var.double().sqrt() + EPS
@@ -124,7 +138,7 @@ class DarknetLeakyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x)
-        return torch.where(x > 0, x, (x.double() * 0.1).float())
+        return leaky(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

@@ -5,7 +5,6 @@ Shapes: feature maps are ``[B, C, H, W]``; a YOLO head's output is ``[B, A, H, W
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -72,15 +71,7 @@ class DarknetBatchNormFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, exact: bool = False):
         ctx.input_dtype = x.dtype
         x = x.to(weight.dtype)  # statistics in the parameters' precision (float32) under autocast too
-        count = x.numel() // x.shape[1]
-        mean = channel_sums(x) * (1.0 / count)  # mean_cpu: the sum times the float 1/n
-        centred = x - mean.view(1, -1, 1, 1)
-        if exact:  # --arithmetic darknet: variance_cpu's double additions, normalize_cpu in double
-            var = darknet_arithmetic.variance(centred)
-            normalised = darknet_arithmetic.normalise(centred, var)
-        else:
-            var = channel_sums(centred.square()) * (1.0 / max(count - 1, 1))
-            normalised = centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
+        mean, centred, var, normalised = batch_statistics(x, exact)
         ctx.save_for_backward(centred, normalised, var, weight)
         ctx.mark_non_differentiable(mean, var)
         out = normalised * weight.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)
@@ -103,6 +94,21 @@ class DarknetBatchNormFunction(torch.autograd.Function):
         return grad_x.to(ctx.input_dtype), grad_weight, grad_bias, None
 
 
+def batch_statistics(x: torch.Tensor, exact: bool) -> tuple[torch.Tensor, ...]:
+    """Darknet's training-time batch norm before its scale and bias (``mean_cpu``, ``variance_cpu``,
+    ``normalize_cpu``): ``(mean, x - mean, var, normalised)``, the mean and the *unbiased* variance ``[C]``.
+    ``exact`` (``--arithmetic darknet``): the variance's double additions and the normalisation in
+    double, as the C code; else PyTorch's float32 arithmetic in the same formula."""
+    count = x.numel() // x.shape[1]
+    mean = channel_sums(x) * (1.0 / count)  # mean_cpu: the sum times the float 1/n
+    centred = x - mean.view(1, -1, 1, 1)
+    if exact:
+        var = darknet_arithmetic.variance(centred)
+        return mean, centred, var, darknet_arithmetic.normalise(centred, var)
+    var = channel_sums(centred.square()) * (1.0 / max(count - 1, 1))
+    return mean, centred, var, centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
+
+
 def channel_sums(values: torch.Tensor) -> torch.Tensor:
     """Per channel, the sum of ``values`` ``[N, C, H, W]`` -> ``[C]``, as Darknet's ``mean_cpu`` and
     ``variance_cpu`` add: one float32 at a time, image after image, row after row.
@@ -117,10 +123,7 @@ def channel_sums(values: torch.Tensor) -> torch.Tensor:
     if values.device.type != "cpu" or values.dtype != torch.float32:
         return values.sum((0, 2, 3))
     flat = values.detach().transpose(0, 1).reshape(channels, -1).numpy()
-    if flat.shape[1] == 0:
-        return values.new_zeros(channels)
-    sums = np.cumsum(flat, axis=1, dtype=np.float32)[:, -1]
-    return torch.from_numpy(np.ascontiguousarray(sums))
+    return torch.from_numpy(darknet_arithmetic.sequential_sums(flat))
 
 
 def activation(name: str) -> nn.Module:

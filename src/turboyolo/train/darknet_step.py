@@ -52,7 +52,7 @@ from turboyolo.model.layers import (
     Shortcut,
     Upsample,
     YoloHead,
-    channel_sums,
+    batch_statistics,
 )
 from turboyolo.train.optim import Schedule, lr_at
 
@@ -152,13 +152,6 @@ def lane_sums(products: np.ndarray, pair_tail: bool = False, start: np.ndarray |
     return total
 
 
-def sequential_sums(values: np.ndarray) -> np.ndarray:
-    """Per row of ``values`` ``[R, L]``, one float32 after another from 0 (a sum kept in memory)."""
-    if values.shape[1] == 0:
-        return np.zeros(values.shape[0], F32)
-    return np.add.accumulate(values, axis=1, dtype=F32)[:, -1].copy()
-
-
 def gemm_nt_sums(delta: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """``gemm_nt``'s sums ``[O, K]``: ``sum_l delta[o, l] * columns[k, l]`` in its lane order.
 
@@ -231,9 +224,10 @@ def batchnorm_backward(delta: np.ndarray, x: np.ndarray, x_norm: np.ndarray, mea
     centred = (x.reshape(batch, channels, spatial) - mean[None, :, None]).astype(F32)
     variance = (var + F32(1e-5)).astype(np.float64)  # var + .00001f in float, then double
     root = np.sqrt(variance)
-    mean_delta = (sequential_sums(by_channel).astype(np.float64) * (-1.0 / root)).astype(F32)
+    sums = darknet_arithmetic.sequential_sums
+    mean_delta = (sums(by_channel).astype(np.float64) * (-1.0 / root)).astype(F32)
     centred_delta = (centred * scaled).transpose(1, 0, 2).reshape(channels, -1)
-    var_delta = ((sequential_sums(centred_delta).astype(np.float64) * -0.5)
+    var_delta = ((sums(centred_delta).astype(np.float64) * -0.5)
                  * (1.0 / (variance * root))).astype(F32)
     count = spatial * batch
     inverse_f = F32(1.0) / F32(count)
@@ -539,12 +533,7 @@ class DarknetStep:
         if block.bn is not None:
             bn = block.bn
             saved["x"] = out
-            count = out.size // out.shape[1]
-            mean = channel_sums(torch.from_numpy(out)).numpy() * F32(1.0 / count)
-            centred = torch.from_numpy(out - mean[None, :, None, None])
-            var = darknet_arithmetic.variance(centred)
-            x_norm = darknet_arithmetic.normalise(centred, var).numpy()
-            var = var.numpy()
+            mean, _, var, x_norm = (t.numpy() for t in batch_statistics(torch.from_numpy(out), exact=True))
             keep = F32(1.0 - bn.momentum)
             for running, value in ((bn.running_mean, mean), (bn.running_var, var)):
                 stats = running.numpy()  # scal_cpu(.99) then axpy_cpu(.01)
@@ -558,7 +547,7 @@ class DarknetStep:
             out = out + conv.bias.detach().numpy()[None, :, None, None]
         if isinstance(block.act, nn.Identity):
             return out
-        return np.where(out > 0, out, (out.astype(np.float64) * 0.1).astype(F32))
+        return darknet_arithmetic.leaky(torch.from_numpy(out)).numpy()
 
     def _conv_backward(self, block: ConvBlock, inp: np.ndarray, out: np.ndarray, delta: np.ndarray,
                        saved: dict, previous: np.ndarray | None) -> None:
