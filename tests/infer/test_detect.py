@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from PIL import Image
 from fidelity import compare, load_fixture
 from turboyolo.cli import main
 from turboyolo.formats.darknet_cfg import write_cfg
+from turboyolo.model import cpu_kernels
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import save_darknet_weights
 from turboyolo.model.zoo import make_spec
@@ -48,8 +50,18 @@ def _assert_matches_reference(predictions, tolerance_report=None):
 
 
 @pytest.mark.slow
-def test_matches_darknet_reference_fixture(tmp_path, tiny_weights):
+@pytest.mark.parametrize("backend,ways", [
+    ("auto", None),  # torch, each layer's kernel as measured here
+    ("torch", ("winograd",)),  # NNPACK's Winograd wherever a layer can take it, PyTorch's conv elsewhere
+    ("torch", ("onednn",)),  # oneDNN with packed weights and fused activations everywhere
+    pytest.param("onnxruntime", None, marks=pytest.mark.skipif(
+        importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")),
+])
+def test_matches_darknet_reference_fixture(tmp_path, tiny_weights, monkeypatch, backend, ways):
     _photos_or_skip()
+    monkeypatch.setenv("TURBOYOLO_CACHE", str(tmp_path / "cache"))
+    if ways:
+        monkeypatch.setattr(cpu_kernels, "WAYS", ways)
     run = _detect(
         tmp_path,
         str(DARKNET_DATA / "*.jpg"),
@@ -62,6 +74,10 @@ def test_matches_darknet_reference_fixture(tmp_path, tiny_weights):
         "--nms-thres",
         0.45,
         "--no-draw",
+        "--device",
+        "cpu",
+        "--backend",
+        backend,
     )
     predictions = json.loads((run / "predictions.json").read_text())
     result = _assert_matches_reference(predictions)

@@ -6,14 +6,15 @@ decoding and NMS (:mod:`turboyolo.model.postprocess`) are the same code whicheve
 
 ``--backend``:
 
-- ``torch``: the folded copy under ``torch.inference_mode``, channels_last on the CPU (oneDNN's faster
-  layout there);
+- ``torch``: the folded copy under ``torch.inference_mode``; on the CPU in float32, channels_last with
+  each layer on the fastest of its kernels on this machine (:mod:`turboyolo.model.cpu_kernels`: oneDNN
+  with packed weights and the activation fused, or NNPACK's Winograd convolution);
 - ``onnxruntime``: the folded copy exported by :func:`turboyolo.infer.export.export_onnx` (raw heads, any
   batch size), run by onnxruntime on the CPU with torch's thread count. The export is kept in
   ``<cache>/onnx/`` under a hash of the network and its weights, so it is paid once per model;
-- ``auto`` (default): onnxruntime for float32 on the CPU when it is installed (it ran the forward pass
-  1.3-2x faster than PyTorch there, docs/PERFORMANCE.md), else torch; said once when onnxruntime is
-  missing.
+- ``auto`` (default): ``torch`` everywhere. With its tuned CPU kernels it runs YOLOv3 and YOLOv3-tiny
+  faster than onnxruntime runs the export, on one thread and on two (docs/PERFORMANCE.md), without an
+  export on first use.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from turboyolo.infer.export import ExportOptions, export_onnx
 from turboyolo.model.darknet import Darknet
 
 BACKENDS = ("auto", "torch", "onnxruntime")
-_said: set[str] = set()
 
 
 def onnxruntime_missing() -> str | None:
@@ -46,7 +46,7 @@ def onnxruntime_missing() -> str | None:
     return None
 
 
-def choose_backend(name: str, device: torch.device, dtype: torch.dtype, say=print) -> str:
+def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
     """``--backend`` -> ``torch`` or ``onnxruntime`` for this device and precision.
 
     Raises:
@@ -54,38 +54,31 @@ def choose_backend(name: str, device: torch.device, dtype: torch.dtype, say=prin
     """
     if name not in BACKENDS:
         raise FlagError(f"--backend {name!r}: use one of {', '.join(BACKENDS)}")
-    if name == "torch":
-        return name
-    usable = device.type == "cpu" and dtype == torch.float32
-    missing = onnxruntime_missing()
-    if name == "onnxruntime":
-        if not usable:
-            raise FlagError(f"--backend onnxruntime runs float32 on the CPU; this run asks for {dtype} on "
-                            f"{device}: use --backend torch (or auto), or drop --half / use --device cpu")
-        if missing:
-            raise FlagError(f"--backend onnxruntime: {missing}, or use --backend torch")
-        return name
-    if usable and missing:
-        if "missing" not in _said:
-            _said.add("missing")
-            say(f"detecting with torch: {missing}; onnxruntime runs the network faster on the CPU")
+    if name in ("auto", "torch"):
         return "torch"
-    return "onnxruntime" if usable else "torch"
+    if device.type != "cpu" or dtype != torch.float32:
+        raise FlagError(f"--backend onnxruntime runs float32 on the CPU; this run asks for {dtype} on "
+                        f"{device}: use --backend torch (or auto), or drop --half / use --device cpu")
+    missing = onnxruntime_missing()
+    if missing:
+        raise FlagError(f"--backend onnxruntime: {missing}, or use --backend torch")
+    return name
 
 
 class TorchRunner:
-    """The folded copy of the model under ``inference_mode`` (channels_last on the CPU)."""
+    """The folded copy of the model under ``inference_mode``; on the CPU in float32, channels_last with each
+    layer's fastest kernel on this machine (:mod:`turboyolo.model.cpu_kernels`)."""
 
     name = "torch"
 
     def __init__(self, model: Darknet, device: torch.device, dtype: torch.dtype):
-        self.model = model.inference_copy(channels_last=device.type == "cpu").to(device, dtype)
+        self.model = model.inference_copy_for(device, dtype)
         self.device, self.dtype = device, dtype
 
     @torch.inference_mode()
     def __call__(self, batch: torch.Tensor) -> list[torch.Tensor]:
-        if self.device.type == "cpu":
-            batch = batch.contiguous(memory_format=torch.channels_last)
+        cpu = self.device.type == "cpu"
+        batch = batch.contiguous(memory_format=torch.channels_last if cpu else torch.contiguous_format)
         return self.model(batch.to(self.dtype))
 
 
@@ -149,6 +142,6 @@ def _version(package: str) -> str:
 def make_runner(name: str, model: Darknet, device: torch.device, dtype: torch.dtype,
                 img_size: tuple[int, int], say=print) -> TorchRunner | OnnxRunner:
     """The runner ``--backend name`` gives on this device (see :func:`choose_backend`)."""
-    if choose_backend(name, device, dtype, say) == "onnxruntime":
+    if choose_backend(name, device, dtype) == "onnxruntime":
         return OnnxRunner(model, img_size, say)
     return TorchRunner(model, device, dtype)

@@ -26,6 +26,7 @@ from turboyolo.formats.darknet_cfg import (
     YoloSpec,
     resolve_index,
 )
+from turboyolo.model.cpu_kernels import tune_for_cpu
 from turboyolo.model.layers import (
     ConvBlock,
     DarknetMaxPool,
@@ -171,6 +172,17 @@ class Darknet(nn.Module):
         if channels_last:
             folded.to(memory_format=torch.channels_last)
         return folded.requires_grad_(False)
+
+    def inference_copy_for(self, device: torch.device, dtype: torch.dtype = torch.float32,
+                           autocast: torch.dtype | None = None) -> Darknet:
+        """The inference copy as detection and ``turboyolo test`` run it on ``device`` in ``dtype`` (and
+        under ``autocast``, if any): on the CPU in channels_last, and there in plain float32 each
+        layer on the fastest of its kernels on this machine (:mod:`turboyolo.model.cpu_kernels`)."""
+        cpu = device.type == "cpu"
+        folded = self.inference_copy(channels_last=cpu).to(device, dtype)
+        if cpu and dtype == torch.float32 and autocast is None:
+            tune_for_cpu(folded)
+        return folded
 
     # ------------------------------------------------------------------ Darknet .weights as flat arrays
 

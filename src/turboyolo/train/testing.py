@@ -127,11 +127,12 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
                           "use the data set the weights were trained for, or a cfg with its class count")
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
                           workers=options.workers, shuffle=False, rect=options.rect)
-    # an inference copy: batch norm folded into the convolutions, channels_last on the CPU (faster there)
-    model = model.inference_copy(channels_last=device.type == "cpu")
+    # an inference copy: batch norm folded into the convolutions; on the CPU channels_last and each
+    # layer's fastest kernel there
+    amp_dtype = amp_dtype_for(device, options.amp)
+    model = model.inference_copy_for(device, autocast=amp_dtype)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         **thresholds, max_det=options.max_det,
-                         amp_dtype=amp_dtype_for(device, options.amp), backend=options.backend)
+                         **thresholds, max_det=options.max_det, amp_dtype=amp_dtype, backend=options.backend)
     if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
         log(loader.dropped_summary())
     return TestReport(result, names)

@@ -1,0 +1,184 @@
+"""The CPU's fastest way through each layer of the inference copy, measured on this machine.
+
+:func:`tune_for_cpu` turns the folded, channels_last float32 copy that detection (``--backend torch``,
+the default) and ``turboyolo test`` run on the CPU (:meth:`Darknet.inference_copy_for
+<turboyolo.model.darknet.Darknet.inference_copy_for>`) into one whose convolutions each take the fastest
+of these ways, timed on the layer's own input the first time it runs:
+
+- ``onednn``: oneDNN with the weight reordered once into its blocked layout and the activation (leaky,
+  ReLU or none) applied inside the convolution (``torch.ops.mkldnn._convolution_pointwise``, what
+  ``torch.compile``'s CPU freezing emits), instead of a weight reorder on every call and a second pass
+  for the activation;
+- ``winograd``: NNPACK's Winograd F(6x6, 3x3) convolution (``torch._nnpack_spatial_convolution``, one
+  image at a time, NCHW) for 3 x 3, stride-1, pad-1 convolutions: about a fifth of a direct
+  convolution's multiplications. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's 52 x 52
+  and 26 x 26 layers 1.6-2.3x faster than oneDNN and lost on 13 x 13 maps and the first layer; with
+  more threads oneDNN parallelises and NNPACK (one thread here) loses. Its outputs differ from a direct
+  convolution's by rounding (about 1e-5 of the largest output);
+- ``direct``: PyTorch's ``conv2d``, then the block's activation (what the untuned copy does; the way
+  for activations oneDNN cannot fuse exactly, such as mish or logistic).
+
+Each way runs three times, the rounds alternating (wall clock, at torch's thread count), on the first
+image of the first batch; the fastest stays for the rest of the process, layers of the same shape share
+the choice, and the weight copies the other ways needed are dropped. The choice is made once, during
+the first forward pass (about 0.6 s for YOLOv3-tiny and 2.4 s for YOLOv3 at 416 on that CPU), and
+depends on the timing, so two processes may pick differently and differ by that rounding. Size-2
+stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the element-wise maximum of
+the four strided views: the same numbers as ``max_pool2d``, in half its time in channels_last.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turboyolo.model.layers import ConvBlock, DarknetMaxPool
+
+WAYS = ("onednn", "winograd", "direct")  # what TunedConv may choose from (tests narrow it)
+
+
+def nnpack_usable() -> bool:
+    """Whether this build of PyTorch has NNPACK and this CPU runs it (``_nnpack_available`` also
+    initialises NNPACK, which ``_nnpack_spatial_convolution`` needs before its first call)."""
+    try:
+        return bool(torch._nnpack_available())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _fused_activation(act: nn.Module) -> tuple[str, list[float]] | None:
+    """The oneDNN post-op that computes ``act`` exactly as PyTorch does, or ``None``."""
+    if isinstance(act, nn.Identity):
+        return "none", []
+    if isinstance(act, nn.ReLU):
+        return "relu", []
+    if isinstance(act, nn.LeakyReLU):
+        return "leaky_relu", [act.negative_slope]
+    return None
+
+
+class TunedConv(nn.Module):
+    """A folded :class:`ConvBlock` (convolution with bias, then activation) that runs the fastest of its
+    ways on this machine, chosen on its first input; layers of the same shape share one choice
+    (``choices``, one dict per network)."""
+
+    def __init__(self, block: ConvBlock, allowed: tuple[str, ...] | None = None, choices: dict | None = None):
+        super().__init__()
+        conv = block.conv
+        self.act = block.act
+        self.stride, self.padding = list(conv.stride), list(conv.padding)
+        self.dilation, self.groups = list(conv.dilation), conv.groups
+        self.weight: torch.Tensor | None = conv.weight.detach().contiguous(memory_format=torch.channels_last)
+        self.bias = conv.bias.detach() if conv.bias is not None else None
+        self.fused = _fused_activation(block.act)
+        ways = ["onednn"] if self.fused is not None and torch.backends.mkldnn.is_available() else ["direct"]
+        plain_3x3 = conv.kernel_size == (3, 3) and self.groups == 1 and self.dilation == [1, 1]
+        if plain_3x3 and self.stride == [1, 1] and self.padding == [1, 1] and nnpack_usable():
+            ways.append("winograd")
+        self.candidates = [way for way in ways if way in (allowed or WAYS)] or ["direct"]
+        self.choices = {} if choices is None else choices
+        self.way: str | None = None
+        self.packed: torch.Tensor | None = None
+        self.nchw_weight: torch.Tensor | None = None
+        self.timings: dict[str, float] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.way is None:
+            key = (tuple(self.weight.shape), tuple(x.shape[1:]), tuple(self.stride), tuple(self.padding),
+                   tuple(self.dilation), self.groups, type(self.act), tuple(self.candidates))
+            if key not in self.choices:
+                self.choices[key] = self._fastest(x[:1])
+            self._keep(self.choices[key])
+        return getattr(self, f"_{self.way}")(x)
+
+    # ------------------------------------------------------------------ the ways
+
+    def _direct(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return self.act(out)
+
+    def _onednn(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            self.packed = torch.ops.mkldnn._reorder_convolution_weight(
+                self.weight, self.padding, self.stride, self.dilation, self.groups, [1, *x.shape[1:]])
+            if self.way == "onednn":
+                self.weight = None
+        attr, scalars = self.fused
+        return torch.ops.mkldnn._convolution_pointwise(
+            x.contiguous(memory_format=torch.channels_last), self.packed, self.bias, self.padding,
+            self.stride, self.dilation, self.groups, attr, scalars, "")
+
+    def _winograd(self, x: torch.Tensor) -> torch.Tensor:
+        # NNPACK reads and writes NCHW; the output stays NCHW, so that a chain of Winograd layers (and
+        # the pools between them) converts the layout only where it begins and ends
+        if self.nchw_weight is None:
+            self.nchw_weight = self.weight.contiguous()
+        bias = self.bias if self.bias is not None else torch.zeros(self.nchw_weight.shape[0], dtype=x.dtype)
+        images = [torch._nnpack_spatial_convolution(x[i : i + 1].contiguous(), self.nchw_weight, bias,
+                                                    self.padding) for i in range(x.shape[0])]
+        return self.act(images[0] if len(images) == 1 else torch.cat(images))
+
+    # ------------------------------------------------------------------ the choice
+
+    def _fastest(self, sample: torch.Tensor) -> str:
+        """The way with the shortest of three wall-clock runs on ``sample`` (rounds alternate between
+        the ways; the first run also prepares the way's weight copy)."""
+        best: dict[str, float | None] = dict.fromkeys(self.candidates, float("inf"))
+        for _ in range(3):
+            for way in [way for way, seconds in best.items() if seconds is not None]:
+                begin = time.perf_counter()
+                try:
+                    getattr(self, f"_{way}")(sample)
+                except RuntimeError:  # a way this build or CPU cannot run for this shape
+                    best[way] = None
+                    continue
+                best[way] = min(best[way], time.perf_counter() - begin)
+        self.timings = {way: seconds for way, seconds in best.items() if seconds is not None}
+        return min(self.timings, key=self.timings.get) if self.timings else "direct"
+
+    def _keep(self, way: str) -> None:
+        """Run ``way`` from now on, holding only the weight copy it reads (oneDNN's is made on its first
+        call, which needs the input's shape)."""
+        self.way = way
+        if way == "winograd" and self.nchw_weight is None:
+            self.nchw_weight = self.weight.contiguous()
+        if way != "onednn":
+            self.packed = None
+        if way != "winograd":
+            self.nchw_weight = None
+        if way != "direct" and (way == "winograd" or self.packed is not None):
+            self.weight = None
+
+class StridedMaxPool(nn.Module):
+    """A size-2, stride-2 :class:`DarknetMaxPool` that, wherever its padding is never read, takes the
+    element-wise maximum of the four strided views: the same numbers as ``max_pool2d`` (NaN included),
+    without its indices."""
+
+    def __init__(self, pool: DarknetMaxPool):
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if min(x.shape[-2:]) < 2 or self.pool.pad_is_read(x.shape[-2], x.shape[-1]):
+            return self.pool(x)
+        height, width = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
+        x = x[..., :height, :width]
+        top = torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2])
+        return torch.maximum(top, torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2]))
+
+
+def tune_for_cpu(model: nn.Module, allowed: tuple[str, ...] | None = None) -> nn.Module:
+    """Replace, in place, the folded float32 copy's convolution blocks by :class:`TunedConv` and its
+    size-2 stride-2 max-pools by :class:`StridedMaxPool`; returns ``model``. ``allowed``: the ways the
+    layers may choose from (default :data:`WAYS`; a layer none of them can run uses ``direct``). Blocks
+    in Darknet's own arithmetic (``--arithmetic darknet``) or with their batch norm unfolded stay."""
+    choices: dict = {}
+    for index, module in enumerate(model.layers):
+        if isinstance(module, ConvBlock) and module.bn is None and not module.darknet_arithmetic:
+            model.layers[index] = TunedConv(module, allowed, choices)
+        elif isinstance(module, DarknetMaxPool) and module.size == 2 and module.stride == 2:
+            model.layers[index] = StridedMaxPool(module)
+    return model
