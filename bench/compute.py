@@ -16,11 +16,12 @@ thread (:func:`peak_rates`). Rows "+ huge pages" / "NCHW, no huge pages" turn ``
 on / off.
 
 Detection (batch 1): turboyolo's whole call (``Predictor.predict_arrays``: letterbox, forward, decode,
-NMS, boxes in original pixels) per backend against OpenCV DNN's forward alone (``readNetFromDarknet``,
-same cfg and weights) and onnxruntime's session run alone on turboyolo's ONNX export; where the
-``openvino`` package is installed, also OpenVINO's infer alone on the same export (one thread, one
+NMS, boxes in original pixels) with ``--backend auto`` (torch with the tuned CPU kernels of
+``turboyolo.model.cpu_kernels``) and ``onnxruntime``, against OpenCV DNN's forward alone
+(``readNetFromDarknet``, same cfg and weights) and onnxruntime's session run alone on turboyolo's ONNX
+export; where the ``openvino`` package is installed, also OpenVINO's infer alone on the same export (one
 stream, latency hint, float32 forced), the runtime measured as a candidate backend (not one: see
-docs/PERFORMANCE.md).
+docs/PERFORMANCE.md). ``--threads`` sets every runtime's thread count (default 1).
 
     .venv/bin/python bench/compute.py                        # both tables (about 10 minutes here)
     .venv/bin/python bench/compute.py train --rounds 3
@@ -263,11 +264,13 @@ def detect_models(arch: str, work: Path) -> tuple[Path, Path, str]:
         return cfg, save_darknet_weights(model, work / f"{arch}.weights"), "random"
 
 
-def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, dict[str, float]]:
+def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
+                threads: int = 1) -> tuple[str, dict[str, float], float]:
     """Medians (ms) of turboyolo's whole call per backend, OpenCV DNN's forward and onnxruntime's run (and
-    OpenVINO's infer, when installed) on turboyolo's export (raw heads), batch 1, one thread, alternating
-    per round."""
+    OpenVINO's infer, when installed) on turboyolo's export (raw heads), batch 1, ``threads`` threads,
+    alternating per round; and the seconds the first call took (the CPU kernels' one-time choice)."""
     import cv2
+    import numpy as np
     import onnxruntime
     import torch
 
@@ -277,17 +280,17 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, 
     from turboyolo.model.loading import build_model
     from turboyolo.model.postprocess import decode, postprocess
 
-    torch.set_num_threads(1)
-    cv2.setNumThreads(1)
+    torch.set_num_threads(threads)
+    cv2.setNumThreads(threads)
     cfg, weights, source = detect_models(arch, work)
     image = load_image(PHOTO)
-    blob = darknet_letterbox(image, 416, 416)[0][None].numpy()
+    blob = np.ascontiguousarray(darknet_letterbox(image, 416, 416)[0][None].numpy())
     net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
     names = net.getUnconnectedOutLayersNames()
     onnx_path = export_onnx(build_model(str(cfg), str(weights)), work / f"{arch}.onnx",
                             ExportOptions(exporter="torchscript"))
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     try:
         import openvino
@@ -295,27 +298,35 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, 
         openvino = None
     if openvino is not None:  # float32 forced: OpenVINO may default to bf16 where the CPU has it
         request = openvino.Core().compile_model(str(onnx_path), "CPU", {
-            "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
-    predictors = {name: Predictor.load(weights, cfg, device="cpu", backend=name)
-                  for name in ("torch", "onnxruntime")}
-    torch_runner = predictors["torch"].runner
+    begin = time.perf_counter()
+    predictors = {"auto": Predictor.load(weights, cfg, device="cpu", backend="auto")}
+    predictors["auto"].predict_arrays([image])
+    first_call = time.perf_counter() - begin
+    predictors["onnxruntime"] = Predictor.load(weights, cfg, device="cpu", backend="onnxruntime")
+    torch_runner = predictors["auto"].runner
     batch = torch.from_numpy(blob)
     raw = torch_runner(batch)
-    heads = predictors["torch"].model.heads
+    heads = predictors["auto"].model.heads
+    untuned = predictors["auto"].model.inference_copy(channels_last=True)
+    channels_last = batch.contiguous(memory_format=torch.channels_last)
 
     def opencv():
         net.setInput(blob)
         net.forward(names)
 
     calls = {
-        "turboyolo whole call, torch": lambda: predictors["torch"].predict_arrays([image]),
+        "turboyolo whole call, `auto` (= torch, tuned CPU kernels)":
+            lambda: predictors["auto"].predict_arrays([image]),
         "turboyolo whole call, onnxruntime": lambda: predictors["onnxruntime"].predict_arrays([image]),
         "OpenCV DNN forward only": opencv,
         "onnxruntime run only (turboyolo export)": lambda: session.run(None, {"images": blob}),
         **({"OpenVINO infer only (turboyolo export)": lambda: request.infer({0: blob})} if openvino else {}),
         "part: letterbox": lambda: darknet_letterbox(image, 416, 416),
-        "part: torch forward (folded, channels_last)": lambda: torch_runner(batch),
+        "part: torch forward, tuned kernels": lambda: torch_runner(batch),
+        "part: torch forward, before tuning (folded, channels_last, PyTorch's conv)": lambda: untuned(
+            channels_last),
         "part: decode + NMS": lambda: postprocess(decode(raw, heads), 0.25, 0.45),
     }
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -326,7 +337,7 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path) -> tuple[str, 
                 begin = time.process_time()
                 call()
                 times[name].append(time.process_time() - begin)
-    return source, {name: 1000 * statistics.median(values) for name, values in times.items()}
+    return source, {name: 1000 * statistics.median(values) for name, values in times.items()}, first_call
 
 
 def detect_table(args) -> list[str]:
@@ -339,16 +350,17 @@ def detect_table(args) -> list[str]:
         except PackageNotFoundError:
             return "not installed"
 
-    lines = [f"Detection, batch 1 at 416, {PHOTO.name}, 1 thread, CPU time, {args.rounds} rounds x "
-             f"{args.repeats} calls", ", ".join(f"{package} {installed(package)}" for package in (
-                 "torch", "onnxruntime", "openvino", "opencv-python-headless")), ""]
+    packages = ", ".join(f"{package} {installed(package)}" for package in (
+        "torch", "onnxruntime", "openvino", "opencv-python-headless"))
+    lines = [f"Detection, batch 1 at 416, {PHOTO.name}, {args.threads} thread(s), CPU time, "
+             f"{args.rounds} rounds x {args.repeats} calls", packages, ""]
     for arch in args.archs.split(","):
-        source, rows = detect_rows(arch, args.rounds, args.repeats, work)
+        source, rows, first_call = detect_rows(arch, args.rounds, args.repeats, work, args.threads)
         opencv, ort = rows["OpenCV DNN forward only"], rows["onnxruntime run only (turboyolo export)"]
         lines += [f"{arch} ({source} weights)", "", "| | ms | x OpenCV forward | x onnxruntime run |",
                   "|---|---|---|---|"]
         lines += [f"| {name} | {ms:.1f} | {ms / opencv:.2f} | {ms / ort:.2f} |" for name, ms in rows.items()]
-        lines.append("")
+        lines += ["", f"first call (load, the kernels' choice, one image): {first_call:.1f} s wall", ""]
     return lines
 
 
@@ -429,6 +441,8 @@ def main() -> int:
                         "nchw (channels_last and huge pages off)")
     parser.add_argument("--archs", default="yolov3-tiny,yolov3")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="detection: torch / OpenCV / onnxruntime "
+                        "threads (the training step always runs one)")
     args = parser.parse_args()
     if args.what == "peak":
         import torch

@@ -104,11 +104,12 @@ def test_the_choice_is_timed_once_per_shape_and_keeps_one_weight_copy(monkeypatc
     with torch.inference_mode():
         tuned(torch.rand(1, 3, 64, 64))
     convs = [m for m in tuned.layers if isinstance(m, TunedConv)]
-    assert len(timed) == len(set(tuned.layers[1].choices))  # one timing per distinct shape
+    assert len(timed) == len(tuned.layers[0].tuning.choices)  # one timing per distinct shape
     assert len(timed) < len(convs) // 2  # darknet53's repeated blocks share their choice
     for m in convs:
-        copies = [t for t in (m.weight, m.packed, m.nchw_weight) if t is not None]
-        assert len(copies) == 1, (m.way, [t.shape for t in copies])
+        copies = [t for t in (m.weight, m.packed, m.nchw_weight, m.transformed) if t is not None]
+        assert len(copies) == 1, (m.way, len(copies))
+        assert m.transformed is None or m.way == "winograd"
         assert m.way in m.candidates and (m.timings == {} or m.way == min(m.timings, key=m.timings.get))
 
 
@@ -171,3 +172,30 @@ def test_inference_copy_for_tunes_only_plain_float32_on_the_cpu():
     with torch.inference_mode():
         got, expected = model.inference_copy_for(cpu)(x), model.eval()(x)
     assert _close(got, expected) < 1e-4
+
+
+@pytest.mark.skipif(cpu_kernels.nnpack_inference() is None, reason="no NNPACK inference call in this PyTorch")
+def test_precomputed_winograd_kernels_compute_what_pytorchs_nnpack_does_within_their_budget():
+    model = Darknet(make_spec("yolov3-tiny", num_classes=3, width=96, height=160))
+    _random_bn(model, seed=5)
+    images = torch.rand(2, 3, 160, 96, generator=torch.Generator().manual_seed(5))
+    copies = {}
+    for budget in (0, 300_000, cpu_kernels.PRECOMPUTED_BYTES):
+        copy = tune_for_cpu(model.inference_copy(channels_last=True), allowed=("winograd",))
+        copy.layers[0].tuning.budget = budget
+        with torch.inference_mode():
+            copies[budget] = copy, copy(images), copy(images[1:])
+    winograd = {budget: [m for m in copy.layers if isinstance(m, TunedConv) and m.way == "winograd"]
+                for budget, (copy, _, _) in copies.items()}
+    assert all(m.transformed is None and m.nchw_weight is not None for m in winograd[0])
+    some = [m.transformed is not None for m in winograd[300_000]]
+    assert any(some) and not all(some)  # the budget ran out part-way, and those layers still ran
+    full = cpu_kernels.PRECOMPUTED_BYTES
+    assert all(m.transformed is not None and m.nchw_weight is None for m in winograd[full])
+    spent = sum(m.transformed[0].numel() for m in winograd[full])
+    assert copies[full][0].layers[0].tuning.budget == full - spent
+    _, expected, expected_one = copies[0]
+    for budget in (300_000, cpu_kernels.PRECOMPUTED_BYTES):
+        _, got, got_one = copies[budget]
+        assert _close(got, expected) < 1e-6 and _close(got_one, expected_one) < 1e-6
+        assert _close(got_one, [head[1:] for head in got]) < 1e-5  # a batch of 2 and its second image alone

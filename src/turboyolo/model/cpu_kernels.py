@@ -29,7 +29,12 @@ the four strided views: the same numbers as ``max_pool2d``, in half its time in 
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import threading
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +54,101 @@ def nnpack_usable() -> bool:
         return False
 
 
+class _NnpackInference:
+    """NNPACK's own single-image call, ``nnp_convolution_inference``, which libtorch_cpu exports (NNPACK's
+    C API, unchanged since 2020): with its kernel transform computed once per layer (``precompute``,
+    then ``reuse``), where PyTorch's ``_nnpack_spatial_convolution`` transforms the kernel again on every
+    call. Winograd F(6x6, 3x3) (``wt8x8``), no activation, on the calling thread (no thread pool)."""
+
+    WT8X8, PRECOMPUTE, REUSE, IDENTITY = 3, 2, 3, 0
+
+    class _Size(ctypes.Structure):
+        _fields_ = [("width", ctypes.c_size_t), ("height", ctypes.c_size_t)]
+
+    class _Padding(ctypes.Structure):
+        _fields_ = [(side, ctypes.c_size_t) for side in ("top", "right", "bottom", "left")]
+
+    def __init__(self, library: Path):
+        lib = ctypes.CDLL(str(library))
+        pointer, size = ctypes.c_void_p, ctypes.c_size_t
+        self.call = lib.nnp_convolution_inference
+        self.call.restype = ctypes.c_int
+        self.call.argtypes = [ctypes.c_int, ctypes.c_int, size, size, self._Size, self._Padding, self._Size,
+                              self._Size, pointer, pointer, pointer, pointer, pointer, ctypes.POINTER(size),
+                              ctypes.c_int, pointer, pointer, pointer]
+        if lib.nnp_initialize() != 0:
+            raise OSError("nnp_initialize failed")
+        self.local = threading.local()  # one scratch buffer per thread, shared by the layers
+
+    def _call(self, strategy: int, channels: tuple[int, int], height: int, width: int, image, kernel, bias,
+              out, buffer, buffer_size: ctypes.c_size_t) -> None:
+        status = self.call(self.WT8X8, strategy, channels[0], channels[1], self._Size(width, height),
+                           self._Padding(1, 1, 1, 1), self._Size(3, 3), self._Size(1, 1), image, kernel, bias,
+                           out, buffer, ctypes.byref(buffer_size), self.IDENTITY, None, None, None)
+        if status != 0:
+            raise RuntimeError(f"nnp_convolution_inference returned status {status}")
+
+    def transform(self, weight: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, int]:
+        """The Winograd transform of ``weight`` ``[K, C, 3, 3]`` (contiguous float32): the buffer and
+        the 64-byte-aligned address it starts at."""
+        channels = (weight.shape[1], weight.shape[0])
+        size = ctypes.c_size_t(0)
+        self._call(self.PRECOMPUTE, channels, height, width, None, weight.data_ptr(), None, None, None, size)
+        buffer, address = _aligned(size.value)
+        self._call(self.PRECOMPUTE, channels, height, width, None, weight.data_ptr(), None, None, address,
+                   size)
+        return buffer, address
+
+    def run(self, image: torch.Tensor, transformed: int, bias: torch.Tensor, out_channels: int
+            ) -> torch.Tensor:
+        """One contiguous ``[1, C, H, W]`` image through the transformed kernel at ``transformed``."""
+        _, channels, height, width = image.shape
+        out = torch.empty(1, out_channels, height, width, dtype=image.dtype)
+        size = ctypes.c_size_t(0)
+        args = ((channels, out_channels), height, width, image.data_ptr(), transformed, bias.data_ptr(),
+                out.data_ptr())
+        self._call(self.REUSE, *args, None, size)
+        held = getattr(self.local, "scratch", None)
+        if held is None or held[0].numel() - 64 < size.value:
+            held = self.local.scratch = _aligned(size.value)
+        self._call(self.REUSE, *args, held[1], ctypes.c_size_t(held[0].numel() - 64))
+        return out
+
+
+def _aligned(nbytes: int) -> tuple[torch.Tensor, int]:
+    """A byte buffer of at least ``nbytes`` and its first 64-byte-aligned address (NNPACK's rule)."""
+    buffer = torch.empty(nbytes + 64, dtype=torch.uint8)
+    return buffer, buffer.data_ptr() + (-buffer.data_ptr()) % 64
+
+
+@functools.cache
+def nnpack_inference() -> _NnpackInference | None:
+    """NNPACK's inference call from this PyTorch's own library, or ``None`` where it is not there (then
+    the Winograd way uses ``torch._nnpack_spatial_convolution``)."""
+    if not nnpack_usable():
+        return None
+    for library in sorted((Path(torch.__file__).parent / "lib").glob("libtorch_cpu.*")):
+        try:
+            return _NnpackInference(library)
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+# Precomputed Winograd kernels take 64/9 of their weights' bytes (YOLOv3-tiny's winning layers 187 MB);
+# this many bytes per network, in layer order, then a layer transforms its kernel on every call
+PRECOMPUTED_BYTES = 256 * 2**20
+
+
+@dataclass
+class Tuning:
+    """What the layers of one network share: the choice per layer shape, and the bytes left for
+    precomputed Winograd kernels."""
+
+    budget: int = PRECOMPUTED_BYTES
+    choices: dict = field(default_factory=dict)
+
+
 def _fused_activation(act: nn.Module) -> tuple[str, list[float]] | None:
     """The oneDNN post-op that computes ``act`` exactly as PyTorch does, or ``None``."""
     if isinstance(act, nn.Identity):
@@ -63,35 +163,37 @@ def _fused_activation(act: nn.Module) -> tuple[str, list[float]] | None:
 class TunedConv(nn.Module):
     """A folded :class:`ConvBlock` (convolution with bias, then activation) that runs the fastest of its
     ways on this machine, chosen on its first input; layers of the same shape share one choice
-    (``choices``, one dict per network)."""
+    (:class:`Tuning`, one per network)."""
 
-    def __init__(self, block: ConvBlock, allowed: tuple[str, ...] | None = None, choices: dict | None = None):
+    def __init__(self, block: ConvBlock, allowed: tuple[str, ...] | None = None,
+                 tuning: Tuning | None = None):
         super().__init__()
         conv = block.conv
         self.act = block.act
         self.stride, self.padding = list(conv.stride), list(conv.padding)
         self.dilation, self.groups = list(conv.dilation), conv.groups
         self.weight: torch.Tensor | None = conv.weight.detach().contiguous(memory_format=torch.channels_last)
-        self.bias = conv.bias.detach() if conv.bias is not None else None
+        self.bias = conv.bias.detach() if conv.bias is not None else torch.zeros(conv.out_channels)
         self.fused = _fused_activation(block.act)
         ways = ["onednn"] if self.fused is not None and torch.backends.mkldnn.is_available() else ["direct"]
         plain_3x3 = conv.kernel_size == (3, 3) and self.groups == 1 and self.dilation == [1, 1]
         if plain_3x3 and self.stride == [1, 1] and self.padding == [1, 1] and nnpack_usable():
             ways.append("winograd")
         self.candidates = [way for way in ways if way in (allowed or WAYS)] or ["direct"]
-        self.choices = {} if choices is None else choices
+        self.tuning = Tuning() if tuning is None else tuning
         self.way: str | None = None
         self.packed: torch.Tensor | None = None
         self.nchw_weight: torch.Tensor | None = None
+        self.transformed: tuple[torch.Tensor, int] | None = None  # the precomputed Winograd kernel
         self.timings: dict[str, float] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.way is None:
             key = (tuple(self.weight.shape), tuple(x.shape[1:]), tuple(self.stride), tuple(self.padding),
                    tuple(self.dilation), self.groups, type(self.act), tuple(self.candidates))
-            if key not in self.choices:
-                self.choices[key] = self._fastest(x[:1])
-            self._keep(self.choices[key])
+            if key not in self.tuning.choices:
+                self.tuning.choices[key] = self._fastest(x[:1])
+            self._keep(self.tuning.choices[key])
         return getattr(self, f"_{self.way}")(x)
 
     # ------------------------------------------------------------------ the ways
@@ -114,11 +216,23 @@ class TunedConv(nn.Module):
     def _winograd(self, x: torch.Tensor) -> torch.Tensor:
         # NNPACK reads and writes NCHW; the output stays NCHW, so that a chain of Winograd layers (and
         # the pools between them) converts the layout only where it begins and ends
-        if self.nchw_weight is None:
+        if self.nchw_weight is None and self.transformed is None:
             self.nchw_weight = self.weight.contiguous()
-        bias = self.bias if self.bias is not None else torch.zeros(self.nchw_weight.shape[0], dtype=x.dtype)
-        images = [torch._nnpack_spatial_convolution(x[i : i + 1].contiguous(), self.nchw_weight, bias,
-                                                    self.padding) for i in range(x.shape[0])]
+        nnpack = nnpack_inference()
+        if self.transformed is None and nnpack is not None:
+            nbytes = 64 * self.nchw_weight.numel() // 9 * self.nchw_weight.element_size()  # 8 x 8 per 3 x 3
+            if nbytes <= self.tuning.budget:
+                self.transformed = nnpack.transform(self.nchw_weight, *x.shape[2:])
+                self.tuning.budget -= self.transformed[0].numel()
+                if self.way == "winograd":  # chosen already (a shape timed by another layer)
+                    self.nchw_weight = None
+        images = [x[i : i + 1].contiguous() for i in range(x.shape[0])]
+        if self.transformed is not None:
+            address = self.transformed[1]
+            images = [nnpack.run(image, address, self.bias, self.bias.numel()) for image in images]
+        else:
+            images = [torch._nnpack_spatial_convolution(image, self.nchw_weight, self.bias, self.padding)
+                      for image in images]
         return self.act(images[0] if len(images) == 1 else torch.cat(images))
 
     # ------------------------------------------------------------------ the choice
@@ -143,14 +257,20 @@ class TunedConv(nn.Module):
         """Run ``way`` from now on, holding only the weight copy it reads (oneDNN's is made on its first
         call, which needs the input's shape)."""
         self.way = way
-        if way == "winograd" and self.nchw_weight is None:
+        if way == "winograd" and self.nchw_weight is None and self.transformed is None:
             self.nchw_weight = self.weight.contiguous()
         if way != "onednn":
             self.packed = None
         if way != "winograd":
             self.nchw_weight = None
+            if self.transformed is not None:  # its bytes go back to the budget
+                self.tuning.budget += self.transformed[0].numel()
+                self.transformed = None
+        elif self.transformed is not None:
+            self.nchw_weight = None
         if way != "direct" and (way == "winograd" or self.packed is not None):
             self.weight = None
+
 
 class StridedMaxPool(nn.Module):
     """A size-2, stride-2 :class:`DarknetMaxPool` that, wherever its padding is never read, takes the
@@ -175,10 +295,10 @@ def tune_for_cpu(model: nn.Module, allowed: tuple[str, ...] | None = None) -> nn
     size-2 stride-2 max-pools by :class:`StridedMaxPool`; returns ``model``. ``allowed``: the ways the
     layers may choose from (default :data:`WAYS`; a layer none of them can run uses ``direct``). Blocks
     in Darknet's own arithmetic (``--arithmetic darknet``) or with their batch norm unfolded stay."""
-    choices: dict = {}
+    tuning = Tuning()
     for index, module in enumerate(model.layers):
         if isinstance(module, ConvBlock) and module.bn is None and not module.darknet_arithmetic:
-            model.layers[index] = TunedConv(module, allowed, choices)
+            model.layers[index] = TunedConv(module, allowed, tuning)
         elif isinstance(module, DarknetMaxPool) and module.size == 2 and module.stride == 2:
             model.layers[index] = StridedMaxPool(module)
     return model
