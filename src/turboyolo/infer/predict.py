@@ -44,8 +44,8 @@ class PredictArgs:
     device: str = device_option()
     half: bool = option(False, "fp16 on CUDA (bf16 on CPU)", action="store_true")
     batch_size: int = option(8, "images per forward pass", "-b", "--batch-size", type=int)
-    backend: str = option("auto", "what runs the network: torch, onnxruntime (CPU, float32) or auto "
-                          "(onnxruntime on the CPU when installed, else torch)", choices=BACKENDS)
+    backend: str = option("auto", "what runs the network: torch (on the CPU each layer on its fastest "
+                          "kernel there), onnxruntime (CPU, float32) or auto (torch)", choices=BACKENDS)
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)

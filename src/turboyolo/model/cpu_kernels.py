@@ -9,20 +9,22 @@ of these ways, timed on the layer's own input the first time it runs:
   ReLU or none) applied inside the convolution (``torch.ops.mkldnn._convolution_pointwise``, what
   ``torch.compile``'s CPU freezing emits), instead of a weight reorder on every call and a second pass
   for the activation;
-- ``winograd``: NNPACK's Winograd F(6x6, 3x3) convolution (``torch._nnpack_spatial_convolution``, one
-  image at a time, NCHW) for 3 x 3, stride-1, pad-1 convolutions: about a fifth of a direct
-  convolution's multiplications. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's 52 x 52
-  and 26 x 26 layers 1.6-2.3x faster than oneDNN and lost on 13 x 13 maps and the first layer; with
-  more threads oneDNN parallelises and NNPACK (one thread here) loses. Its outputs differ from a direct
-  convolution's by rounding (about 1e-5 of the largest output);
+- ``winograd``: NNPACK's Winograd F(6x6, 3x3) convolution for 3 x 3, stride-1, pad-1 convolutions, one
+  image at a time in NCHW: about a fifth of a direct convolution's multiplications. It is called
+  through NNPACK's own inference function (:class:`_NnpackInference`: the kernel transformed once per
+  layer, on torch's thread count), or through ``torch._nnpack_spatial_convolution`` where this PyTorch
+  does not export that function. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's
+  52 x 52 and 26 x 26 layers 1.6-2.3x faster than oneDNN, and lost on the first layer. Its outputs
+  differ from a direct convolution's by rounding (about 1e-5 of the largest output), the same on any
+  thread count;
 - ``direct``: PyTorch's ``conv2d``, then the block's activation (what the untuned copy does; the way
   for activations oneDNN cannot fuse exactly, such as mish or logistic).
 
 Each way runs three times, the rounds alternating (wall clock, at torch's thread count), on the first
 image of the first batch; the fastest stays for the rest of the process, layers of the same shape share
 the choice, and the weight copies the other ways needed are dropped. The choice is made once, during
-the first forward pass (about 0.6 s for YOLOv3-tiny and 2.4 s for YOLOv3 at 416 on that CPU), and
-depends on the timing, so two processes may pick differently and differ by that rounding. Size-2
+the first forward pass (about 1 s for YOLOv3-tiny and 3 s for YOLOv3 at 416 on that CPU), and depends
+on the timing, so two processes may pick differently and differ by that rounding. Size-2
 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the element-wise maximum of
 the four strided views: the same numbers as ``max_pool2d``, in half its time in channels_last.
 """
@@ -56,11 +58,13 @@ def nnpack_usable() -> bool:
 
 class _NnpackInference:
     """NNPACK's own single-image call, ``nnp_convolution_inference``, which libtorch_cpu exports (NNPACK's
-    C API, unchanged since 2020): with its kernel transform computed once per layer (``precompute``,
-    then ``reuse``), where PyTorch's ``_nnpack_spatial_convolution`` transforms the kernel again on every
-    call. Winograd F(6x6, 3x3) (``wt8x8``), no activation, on the calling thread (no thread pool)."""
+    C API, unchanged since 2020), on a pthreadpool of torch's thread count. PyTorch's
+    ``_nnpack_spatial_convolution`` runs one thread here and transforms the kernel on every call; this
+    one transforms it once per layer where :data:`PRECOMPUTED_BYTES` allows (``precompute``, then
+    ``reuse``; else ``compute``: per call). Winograd F(6x6, 3x3) (``wt8x8``), no activation; the
+    results do not depend on the thread count (NNPACK splits the work, not the sums)."""
 
-    WT8X8, PRECOMPUTE, REUSE, IDENTITY = 3, 2, 3, 0
+    WT8X8, COMPUTE, PRECOMPUTE, REUSE, IDENTITY = 3, 1, 2, 3, 0
 
     class _Size(ctypes.Structure):
         _fields_ = [("width", ctypes.c_size_t), ("height", ctypes.c_size_t)]
@@ -76,42 +80,54 @@ class _NnpackInference:
         self.call.argtypes = [ctypes.c_int, ctypes.c_int, size, size, self._Size, self._Padding, self._Size,
                               self._Size, pointer, pointer, pointer, pointer, pointer, ctypes.POINTER(size),
                               ctypes.c_int, pointer, pointer, pointer]
+        self.create_pool = lib.pthreadpool_create
+        self.create_pool.restype, self.create_pool.argtypes = pointer, [size]
         if lib.nnp_initialize() != 0:
             raise OSError("nnp_initialize failed")
-        self.local = threading.local()  # one scratch buffer per thread, shared by the layers
+        self.pools: dict[int, int] = {}  # thread count -> pthreadpool, kept for the process
+        self.local = threading.local()  # one scratch buffer per calling thread, shared by the layers
+
+    def _pool(self) -> int | None:
+        threads = torch.get_num_threads()
+        if threads <= 1:
+            return None  # NNPACK then runs on the calling thread
+        if threads not in self.pools:
+            self.pools[threads] = self.create_pool(threads) or None
+        return self.pools[threads]
 
     def _call(self, strategy: int, channels: tuple[int, int], height: int, width: int, image, kernel, bias,
               out, buffer, buffer_size: ctypes.c_size_t) -> None:
         status = self.call(self.WT8X8, strategy, channels[0], channels[1], self._Size(width, height),
                            self._Padding(1, 1, 1, 1), self._Size(3, 3), self._Size(1, 1), image, kernel, bias,
-                           out, buffer, ctypes.byref(buffer_size), self.IDENTITY, None, None, None)
+                           out, buffer, ctypes.byref(buffer_size), self.IDENTITY, None, self._pool(), None)
         if status != 0:
             raise RuntimeError(f"nnp_convolution_inference returned status {status}")
 
-    def transform(self, weight: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, int]:
-        """The Winograd transform of ``weight`` ``[K, C, 3, 3]`` (contiguous float32): the buffer and
-        the 64-byte-aligned address it starts at."""
+    def transform(self, weight: torch.Tensor, height: int, width: int) -> _Transformed:
+        """The Winograd transform of ``weight`` ``[K, C, 3, 3]`` (contiguous float32)."""
         channels = (weight.shape[1], weight.shape[0])
         size = ctypes.c_size_t(0)
         self._call(self.PRECOMPUTE, channels, height, width, None, weight.data_ptr(), None, None, None, size)
-        buffer, address = _aligned(size.value)
-        self._call(self.PRECOMPUTE, channels, height, width, None, weight.data_ptr(), None, None, address,
-                   size)
-        return buffer, address
+        transformed = _Transformed(size.value)
+        self._call(self.PRECOMPUTE, channels, height, width, None, weight.data_ptr(), None, None,
+                   transformed.address(), size)
+        return transformed
 
-    def run(self, image: torch.Tensor, transformed: int, bias: torch.Tensor, out_channels: int
-            ) -> torch.Tensor:
-        """One contiguous ``[1, C, H, W]`` image through the transformed kernel at ``transformed``."""
+    def run(self, image: torch.Tensor, kernel: int, bias: torch.Tensor, out_channels: int,
+            transformed: bool) -> torch.Tensor:
+        """One contiguous float32 ``[1, C, H, W]`` image through the kernel at address ``kernel``: a
+        :meth:`transform` when ``transformed``, else the contiguous ``[K, C, 3, 3]`` weight."""
         _, channels, height, width = image.shape
         out = torch.empty(1, out_channels, height, width, dtype=image.dtype)
+        strategy = self.REUSE if transformed else self.COMPUTE
         size = ctypes.c_size_t(0)
-        args = ((channels, out_channels), height, width, image.data_ptr(), transformed, bias.data_ptr(),
+        args = ((channels, out_channels), height, width, image.data_ptr(), kernel, bias.data_ptr(),
                 out.data_ptr())
-        self._call(self.REUSE, *args, None, size)
+        self._call(strategy, *args, None, size)
         held = getattr(self.local, "scratch", None)
         if held is None or held[0].numel() - 64 < size.value:
             held = self.local.scratch = _aligned(size.value)
-        self._call(self.REUSE, *args, held[1], ctypes.c_size_t(held[0].numel() - 64))
+        self._call(strategy, *args, held[1], ctypes.c_size_t(held[0].numel() - 64))
         return out
 
 
@@ -119,6 +135,26 @@ def _aligned(nbytes: int) -> tuple[torch.Tensor, int]:
     """A byte buffer of at least ``nbytes`` and its first 64-byte-aligned address (NNPACK's rule)."""
     buffer = torch.empty(nbytes + 64, dtype=torch.uint8)
     return buffer, buffer.data_ptr() + (-buffer.data_ptr()) % 64
+
+
+class _Transformed:
+    """A precomputed Winograd kernel: ``nbytes`` at a 64-byte-aligned address inside a byte tensor. The
+    address is found again on every use (never stored), so a copy of the layer (``copy.deepcopy``,
+    pickling) reads its own memory; a copy that lands misaligned is moved once."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+        self.buffer, address = _aligned(nbytes)
+        self.offset = address - self.buffer.data_ptr()
+
+    def address(self) -> int:
+        address = self.buffer.data_ptr() + self.offset
+        if address % 64:
+            moved, aligned = _aligned(self.nbytes)
+            start = aligned - moved.data_ptr()
+            moved[start : start + self.nbytes] = self.buffer[self.offset : self.offset + self.nbytes]
+            self.buffer, self.offset, address = moved, start, aligned
+        return address
 
 
 @functools.cache
@@ -142,11 +178,22 @@ PRECOMPUTED_BYTES = 256 * 2**20
 
 @dataclass
 class Tuning:
-    """What the layers of one network share: the choice per layer shape, and the bytes left for
-    precomputed Winograd kernels."""
+    """What the layers of one network share: the choice per layer shape, the bytes left for precomputed
+    Winograd kernels, and the lock under which layers choose and prepare their weights (a model may be
+    called from several threads)."""
 
     budget: int = PRECOMPUTED_BYTES
     choices: dict = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def __deepcopy__(self, memo: dict) -> Tuning:
+        return Tuning(self.budget, dict(self.choices))
+
+    def __getstate__(self) -> dict:
+        return {"budget": self.budget, "choices": self.choices}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
 
 
 def _fused_activation(act: nn.Module) -> tuple[str, list[float]] | None:
@@ -163,13 +210,16 @@ def _fused_activation(act: nn.Module) -> tuple[str, list[float]] | None:
 class TunedConv(nn.Module):
     """A folded :class:`ConvBlock` (convolution with bias, then activation) that runs the fastest of its
     ways on this machine, chosen on its first input; layers of the same shape share one choice
-    (:class:`Tuning`, one per network)."""
+    (:class:`Tuning`, one per network). For inference: float32 CPU tensors in, no autograd."""
+
+    PACKED_SHAPES = 2  # oneDNN weights kept packed for this many input shapes (e.g. batch 8 and the rest)
 
     def __init__(self, block: ConvBlock, allowed: tuple[str, ...] | None = None,
                  tuning: Tuning | None = None):
         super().__init__()
         conv = block.conv
         self.act = block.act
+        self.kernel_size, self.out_channels = list(conv.kernel_size), conv.out_channels
         self.stride, self.padding = list(conv.stride), list(conv.padding)
         self.dilation, self.groups = list(conv.dilation), conv.groups
         self.weight: torch.Tensor | None = conv.weight.detach().contiguous(memory_format=torch.channels_last)
@@ -182,18 +232,30 @@ class TunedConv(nn.Module):
         self.candidates = [way for way in ways if way in (allowed or WAYS)] or ["direct"]
         self.tuning = Tuning() if tuning is None else tuning
         self.way: str | None = None
-        self.packed: torch.Tensor | None = None
+        self.packed: dict[tuple[int, ...], torch.Tensor] = {}  # oneDNN's layout, per input shape
         self.nchw_weight: torch.Tensor | None = None
-        self.transformed: tuple[torch.Tensor, int] | None = None  # the precomputed Winograd kernel
+        self.transformed: _Transformed | None = None  # the precomputed Winograd kernel
         self.timings: dict[str, float] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            raise RuntimeError(f"this inference copy is tuned for float32 on the CPU; got {x.dtype} on "
+                               f"{x.device} (make the copy with Darknet.inference_copy_for for that)")
+        if x.shape[0] == 0:
+            height, width = (
+                (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+                for size, pad, dilation, kernel, stride in zip(x.shape[2:], self.padding, self.dilation,
+                                                               self.kernel_size, self.stride))
+            return x.new_empty(0, self.out_channels, height, width)
         if self.way is None:
-            key = (tuple(self.weight.shape), tuple(x.shape[1:]), tuple(self.stride), tuple(self.padding),
-                   tuple(self.dilation), self.groups, type(self.act), tuple(self.candidates))
-            if key not in self.tuning.choices:
-                self.tuning.choices[key] = self._fastest(x[:1])
-            self._keep(self.tuning.choices[key])
+            with self.tuning.lock:
+                if self.way is None:
+                    key = (tuple(self.weight.shape), tuple(x.shape[1:]), tuple(self.stride),
+                           tuple(self.padding), tuple(self.dilation), self.groups, type(self.act),
+                           tuple(self.candidates))
+                    if key not in self.tuning.choices:
+                        self.tuning.choices[key] = self._fastest(x[:1])
+                    self._keep(self.tuning.choices[key])
         return getattr(self, f"_{self.way}")(x)
 
     # ------------------------------------------------------------------ the ways
@@ -203,37 +265,57 @@ class TunedConv(nn.Module):
         return self.act(out)
 
     def _onednn(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            self.packed = torch.ops.mkldnn._reorder_convolution_weight(
-                self.weight, self.padding, self.stride, self.dilation, self.groups, [1, *x.shape[1:]])
-            if self.way == "onednn":
-                self.weight = None
+        # the packed layout depends on the input's shape (a weight packed for another shape is reordered
+        # again inside every call), so it is made per shape, from the channels_last weight kept for that
+        shape = tuple(x.shape)
+        packed = self.packed.get(shape)
+        if packed is None:
+            with self.tuning.lock:
+                packed = torch.ops.mkldnn._reorder_convolution_weight(
+                    self.weight, self.padding, self.stride, self.dilation, self.groups, list(shape))
+                while len(self.packed) >= self.PACKED_SHAPES:
+                    self.packed.pop(next(iter(self.packed)))
+                self.packed[shape] = packed
         attr, scalars = self.fused
         return torch.ops.mkldnn._convolution_pointwise(
-            x.contiguous(memory_format=torch.channels_last), self.packed, self.bias, self.padding,
-            self.stride, self.dilation, self.groups, attr, scalars, "")
+            x.contiguous(memory_format=torch.channels_last), packed, self.bias, self.padding, self.stride,
+            self.dilation, self.groups, attr, scalars, "")
 
     def _winograd(self, x: torch.Tensor) -> torch.Tensor:
         # NNPACK reads and writes NCHW; the output stays NCHW, so that a chain of Winograd layers (and
         # the pools between them) converts the layout only where it begins and ends
-        if self.nchw_weight is None and self.transformed is None:
-            self.nchw_weight = self.weight.contiguous()
         nnpack = nnpack_inference()
-        if self.transformed is None and nnpack is not None:
-            nbytes = 64 * self.nchw_weight.numel() // 9 * self.nchw_weight.element_size()  # 8 x 8 per 3 x 3
-            if nbytes <= self.tuning.budget:
-                self.transformed = nnpack.transform(self.nchw_weight, *x.shape[2:])
-                self.tuning.budget -= self.transformed[0].numel()
-                if self.way == "winograd":  # chosen already (a shape timed by another layer)
-                    self.nchw_weight = None
+        if self.nchw_weight is None and self.transformed is None:
+            with self.tuning.lock:
+                self._prepare_winograd(nnpack, *x.shape[2:])
         images = [x[i : i + 1].contiguous() for i in range(x.shape[0])]
-        if self.transformed is not None:
-            address = self.transformed[1]
-            images = [nnpack.run(image, address, self.bias, self.bias.numel()) for image in images]
+        transformed, weight = self.transformed, self.nchw_weight
+        if nnpack is not None:
+            kernel = transformed.address() if transformed is not None else weight.data_ptr()
+            images = [nnpack.run(image, kernel, self.bias, self.out_channels, transformed is not None)
+                      for image in images]
         else:
-            images = [torch._nnpack_spatial_convolution(image, self.nchw_weight, self.bias, self.padding)
+            images = [torch._nnpack_spatial_convolution(image, weight, self.bias, self.padding)
                       for image in images]
         return self.act(images[0] if len(images) == 1 else torch.cat(images))
+
+    def _prepare_winograd(self, nnpack: _NnpackInference | None, height: int, width: int) -> None:
+        """The NCHW weight, and the precomputed kernel where NNPACK's call exists and the budget allows;
+        once the way is chosen, only the one of them that runs stays."""
+        if self.nchw_weight is not None or self.transformed is not None:
+            return
+        self.nchw_weight = self.weight.contiguous()
+        nbytes = 64 * self.nchw_weight.numel() // 9 * self.nchw_weight.element_size()  # 8 x 8 per 3 x 3
+        if nnpack is not None and nbytes <= self.tuning.budget:
+            self.transformed = nnpack.transform(self.nchw_weight, height, width)
+            self.tuning.budget -= self.transformed.nbytes
+        if self.way == "winograd":  # chosen already (by a layer of the same shape)
+            self._drop_for_winograd()
+
+    def _drop_for_winograd(self) -> None:
+        if self.transformed is not None:
+            self.nchw_weight = None
+        self.weight = None
 
     # ------------------------------------------------------------------ the choice
 
@@ -254,22 +336,19 @@ class TunedConv(nn.Module):
         return min(self.timings, key=self.timings.get) if self.timings else "direct"
 
     def _keep(self, way: str) -> None:
-        """Run ``way`` from now on, holding only the weight copy it reads (oneDNN's is made on its first
-        call, which needs the input's shape)."""
-        self.way = way
-        if way == "winograd" and self.nchw_weight is None and self.transformed is None:
-            self.nchw_weight = self.weight.contiguous()
+        """Run ``way`` from now on, holding only the weights it reads: the channels_last weight (and
+        oneDNN's packed copies) for ``direct`` and ``onednn``, the precomputed or NCHW kernel for
+        ``winograd``. ``self.way`` is set last: other threads run the layer once it is."""
         if way != "onednn":
-            self.packed = None
+            self.packed = {}
         if way != "winograd":
             self.nchw_weight = None
             if self.transformed is not None:  # its bytes go back to the budget
-                self.tuning.budget += self.transformed[0].numel()
+                self.tuning.budget += self.transformed.nbytes
                 self.transformed = None
-        elif self.transformed is not None:
-            self.nchw_weight = None
-        if way != "direct" and (way == "winograd" or self.packed is not None):
-            self.weight = None
+        elif self.nchw_weight is not None or self.transformed is not None:
+            self._drop_for_winograd()  # else prepared (then dropped) on the first call
+        self.way = way
 
 
 class StridedMaxPool(nn.Module):
