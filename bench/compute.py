@@ -16,7 +16,7 @@ thread (:func:`peak_rates`). Rows "+ huge pages" / "NCHW, no huge pages" turn ``
 on / off.
 
 Detection (batch 1): turboyolo's whole call (``Predictor.predict_arrays``: letterbox, forward, decode,
-NMS, boxes in original pixels) with ``--backend auto`` (torch with the tuned CPU kernels of
+NMS, boxes in original pixels) with ``--backend torch`` (the tuned CPU kernels of
 ``turboyolo.model.cpu_kernels``) and ``onnxruntime``, against OpenCV DNN's forward alone
 (``readNetFromDarknet``, same cfg and weights) and onnxruntime's session run alone on turboyolo's ONNX
 export; where the ``openvino`` package is installed, also OpenVINO's infer alone on the same export (one
@@ -265,16 +265,18 @@ def detect_models(arch: str, work: Path) -> tuple[Path, Path, str]:
 
 
 def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
-                threads: int = 1) -> tuple[str, dict[str, float], float]:
+                threads: int = 1) -> tuple[str, dict[str, float], float, str]:
     """Medians (ms) of turboyolo's whole call per backend, OpenCV DNN's forward and onnxruntime's run (and
     OpenVINO's infer, when installed) on turboyolo's export (raw heads), batch 1, ``threads`` threads,
-    alternating per round; and the seconds the first call took (the CPU kernels' one-time choice)."""
+    alternating per round; the seconds torch's first call took (the CPU kernels' one-time choice); and
+    what ``--backend auto`` picks at this thread count."""
     import cv2
     import numpy as np
     import onnxruntime
     import torch
 
     from turboyolo.data.decode import load_image
+    from turboyolo.infer.backends import choose_backend
     from turboyolo.infer.export import ExportOptions, export_onnx
     from turboyolo.infer.predict import Predictor, darknet_letterbox
     from turboyolo.model.loading import build_model
@@ -301,15 +303,15 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
             "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
     begin = time.perf_counter()
-    predictors = {"auto": Predictor.load(weights, cfg, device="cpu", backend="auto")}
-    predictors["auto"].predict_arrays([image])
+    predictors = {"torch": Predictor.load(weights, cfg, device="cpu", backend="torch")}
+    predictors["torch"].predict_arrays([image])
     first_call = time.perf_counter() - begin
     predictors["onnxruntime"] = Predictor.load(weights, cfg, device="cpu", backend="onnxruntime")
-    torch_runner = predictors["auto"].runner
+    torch_runner = predictors["torch"].runner
     batch = torch.from_numpy(blob)
     raw = torch_runner(batch)
-    heads = predictors["auto"].model.heads
-    untuned = predictors["auto"].model.inference_copy(channels_last=True)
+    heads = predictors["torch"].model.heads
+    untuned = predictors["torch"].model.inference_copy(channels_last=True)
     channels_last = batch.contiguous(memory_format=torch.channels_last)
 
     def opencv():
@@ -317,8 +319,8 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
         net.forward(names)
 
     calls = {
-        "turboyolo whole call, `auto` (= torch, tuned CPU kernels)":
-            lambda: predictors["auto"].predict_arrays([image]),
+        "turboyolo whole call, torch (tuned CPU kernels)":
+            lambda: predictors["torch"].predict_arrays([image]),
         "turboyolo whole call, onnxruntime": lambda: predictors["onnxruntime"].predict_arrays([image]),
         "OpenCV DNN forward only": opencv,
         "onnxruntime run only (turboyolo export)": lambda: session.run(None, {"images": blob}),
@@ -329,15 +331,20 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
             channels_last),
         "part: decode + NMS": lambda: postprocess(decode(raw, heads), 0.25, 0.45),
     }
+    # one thread: CPU time (what other load on a shared machine disturbs least); more: wall time, since
+    # CPU time would also count the runtimes' worker threads spinning between calls
+    clock = time.process_time if threads == 1 else time.perf_counter
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
             call()
             for _ in range(repeats):
-                begin = time.process_time()
+                begin = clock()
                 call()
-                times[name].append(time.process_time() - begin)
-    return source, {name: 1000 * statistics.median(values) for name, values in times.items()}, first_call
+                times[name].append(clock() - begin)
+    auto = choose_backend("auto", torch.device("cpu"), torch.float32)
+    medians = {name: 1000 * statistics.median(values) for name, values in times.items()}
+    return source, medians, first_call, auto
 
 
 def detect_table(args) -> list[str]:
@@ -352,15 +359,17 @@ def detect_table(args) -> list[str]:
 
     packages = ", ".join(f"{package} {installed(package)}" for package in (
         "torch", "onnxruntime", "openvino", "opencv-python-headless"))
-    lines = [f"Detection, batch 1 at 416, {PHOTO.name}, {args.threads} thread(s), CPU time, "
+    lines = [f"Detection, batch 1 at 416, {PHOTO.name}, {args.threads} thread(s), "
+             f"{'CPU' if args.threads == 1 else 'wall'} time, "
              f"{args.rounds} rounds x {args.repeats} calls", packages, ""]
     for arch in args.archs.split(","):
-        source, rows, first_call = detect_rows(arch, args.rounds, args.repeats, work, args.threads)
+        source, rows, first_call, auto = detect_rows(arch, args.rounds, args.repeats, work, args.threads)
         opencv, ort = rows["OpenCV DNN forward only"], rows["onnxruntime run only (turboyolo export)"]
         lines += [f"{arch} ({source} weights)", "", "| | ms | x OpenCV forward | x onnxruntime run |",
                   "|---|---|---|---|"]
         lines += [f"| {name} | {ms:.1f} | {ms / opencv:.2f} | {ms / ort:.2f} |" for name, ms in rows.items()]
-        lines += ["", f"first call (load, the kernels' choice, one image): {first_call:.1f} s wall", ""]
+        lines += ["", f"torch's first call (load, the kernels' choice, one image): {first_call:.1f} s wall; "
+                  f"`--backend auto` runs {auto} here", ""]
     return lines
 
 

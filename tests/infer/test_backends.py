@@ -98,9 +98,10 @@ def test_backend_choice_per_device_and_precision(monkeypatch):
         backends.choose_backend("onnxruntime", cpu, torch.bfloat16)
     with pytest.raises(FlagError, match="--backend 'tensorrt'"):
         backends.choose_backend("tensorrt", cpu, torch.float32)
-    assert backends.choose_backend("auto", cpu, torch.float32) == "torch"  # its tuned kernels: faster
+    monkeypatch.setattr(backends, "onnxruntime_missing", lambda: None)
+    assert backends.choose_backend("auto", cpu, torch.float32) == "torch"  # the tuned kernels: faster
+    assert backends.choose_backend("onnxruntime", cpu, torch.float32) == "onnxruntime"
     monkeypatch.setattr(backends, "onnxruntime_missing", lambda: "onnxruntime is not installed (pip ...)")
-    assert backends.choose_backend("auto", cpu, torch.float32) == "torch"
     with pytest.raises(FlagError, match="onnxruntime is not installed"):
         backends.choose_backend("onnxruntime", cpu, torch.float32)
 

@@ -51,7 +51,7 @@ def _assert_matches_reference(predictions, tolerance_report=None):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,ways", [
-    ("auto", None),  # torch, each layer's kernel as measured here
+    ("torch", None),  # each layer's kernel as measured here
     ("torch", ("winograd",)),  # NNPACK's Winograd wherever a layer can take it, PyTorch's conv elsewhere
     ("torch", ("onednn",)),  # oneDNN with packed weights and fused activations everywhere
     pytest.param("onnxruntime", None, marks=pytest.mark.skipif(

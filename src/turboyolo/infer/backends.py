@@ -12,9 +12,11 @@ decoding and NMS (:mod:`turboyolo.model.postprocess`) are the same code whicheve
 - ``onnxruntime``: the folded copy exported by :func:`turboyolo.infer.export.export_onnx` (raw heads, any
   batch size), run by onnxruntime on the CPU with torch's thread count. The export is kept in
   ``<cache>/onnx/`` under a hash of the network and its weights, so it is paid once per model;
-- ``auto`` (default): ``torch`` everywhere. With its tuned CPU kernels it runs YOLOv3 and YOLOv3-tiny
-  faster than onnxruntime runs the export, on one thread and on two (docs/PERFORMANCE.md), without an
-  export on first use.
+- ``auto`` (default): ``torch``, the faster here (docs/PERFORMANCE.md, one 2-core AMD EPYC): letterbox to
+  boxes, one thread, YOLOv3-tiny and YOLOv3 took 0.86x and 0.81x the time of the onnxruntime backend's
+  whole call (0.93x and 0.81x of onnxruntime's ``run`` alone); on two threads 0.75x and 1.06x (the
+  onnxruntime backend's worker threads compete with PyTorch's around its ``run``). No export on first
+  use either.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def onnxruntime_missing() -> str | None:
 
 
 def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``--backend`` -> ``torch`` or ``onnxruntime`` for this device and precision.
+    """``--backend`` -> ``torch`` or ``onnxruntime`` for this device and precision (``auto``: ``torch``).
 
     Raises:
         FlagError: an unknown name, or ``onnxruntime`` asked for where it cannot run.

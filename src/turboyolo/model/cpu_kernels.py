@@ -58,11 +58,12 @@ def nnpack_usable() -> bool:
 
 class _NnpackInference:
     """NNPACK's own single-image call, ``nnp_convolution_inference``, which libtorch_cpu exports (NNPACK's
-    C API, unchanged since 2020), on a pthreadpool of torch's thread count. PyTorch's
-    ``_nnpack_spatial_convolution`` runs one thread here and transforms the kernel on every call; this
-    one transforms it once per layer where :data:`PRECOMPUTED_BYTES` allows (``precompute``, then
-    ``reuse``; else ``compute``: per call). Winograd F(6x6, 3x3) (``wt8x8``), no activation; the
-    results do not depend on the thread count (NNPACK splits the work, not the sums)."""
+    C API, unchanged since 2020). PyTorch's ``_nnpack_spatial_convolution`` transforms the kernel on
+    every call; this one transforms it once per layer where :data:`PRECOMPUTED_BYTES` allows
+    (``precompute``, then ``reuse``; else ``compute``: per call). Winograd F(6x6, 3x3) (``wt8x8``), no
+    activation, on the calling thread: NNPACK's own thread pool beside PyTorch's OpenMP threads made
+    the whole network slower on 2 threads (each pool's threads spin while the other's work), and with
+    several threads oneDNN wins these layers anyway."""
 
     WT8X8, COMPUTE, PRECOMPUTE, REUSE, IDENTITY = 3, 1, 2, 3, 0
 
@@ -80,26 +81,15 @@ class _NnpackInference:
         self.call.argtypes = [ctypes.c_int, ctypes.c_int, size, size, self._Size, self._Padding, self._Size,
                               self._Size, pointer, pointer, pointer, pointer, pointer, ctypes.POINTER(size),
                               ctypes.c_int, pointer, pointer, pointer]
-        self.create_pool = lib.pthreadpool_create
-        self.create_pool.restype, self.create_pool.argtypes = pointer, [size]
         if lib.nnp_initialize() != 0:
             raise OSError("nnp_initialize failed")
-        self.pools: dict[int, int] = {}  # thread count -> pthreadpool, kept for the process
         self.local = threading.local()  # one scratch buffer per calling thread, shared by the layers
-
-    def _pool(self) -> int | None:
-        threads = torch.get_num_threads()
-        if threads <= 1:
-            return None  # NNPACK then runs on the calling thread
-        if threads not in self.pools:
-            self.pools[threads] = self.create_pool(threads) or None
-        return self.pools[threads]
 
     def _call(self, strategy: int, channels: tuple[int, int], height: int, width: int, image, kernel, bias,
               out, buffer, buffer_size: ctypes.c_size_t) -> None:
         status = self.call(self.WT8X8, strategy, channels[0], channels[1], self._Size(width, height),
                            self._Padding(1, 1, 1, 1), self._Size(3, 3), self._Size(1, 1), image, kernel, bias,
-                           out, buffer, ctypes.byref(buffer_size), self.IDENTITY, None, self._pool(), None)
+                           out, buffer, ctypes.byref(buffer_size), self.IDENTITY, None, None, None)
         if status != 0:
             raise RuntimeError(f"nnp_convolution_inference returned status {status}")
 
