@@ -1,7 +1,8 @@
 """The tests' one home for synthetic data: tiny detection sets (coloured boxes) and tiny cfgs.
 
 * :func:`make_image_folder`: ``images/`` + ``labels/`` + names, no splits (data pipeline, anchors, label);
-* :func:`make_dataset`: train/val splits, list files and a ``.data`` (training, evaluation).
+* :func:`make_dataset`: train/val splits, list files and a ``.data`` (training, evaluation);
+* :func:`random_batch_norm`: batch-norm statistics of a trained model's kind (folding, inference copies).
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import torch
 from PIL import Image
 
 from turboyolo.formats.darknet_cfg import write_cfg
 from turboyolo.formats.labels import write_yolo_labels
+from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.zoo import make_spec
 
 COLORS = ((255, 60, 60), (60, 255, 60))
@@ -280,3 +283,17 @@ def make_image_folder(root, count=10, size=(90, 120), seed=0, ext=".jpg", num_cl
         write_yolo_labels(root / "labels" / f"img{i:03d}.txt", rows)
         paths.append(path)
     return paths
+
+
+def random_batch_norm(model: torch.nn.Module, seed: int = 0) -> None:
+    """Give every Darknet batch norm of ``model`` random running statistics and affine terms (a fresh
+    model's are 0 / 1, which folding would leave untested)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, DarknetBatchNorm2d):
+                channels = module.num_features
+                module.running_mean.copy_(torch.randn(channels, generator=gen) * 0.1)
+                module.running_var.copy_(0.5 + torch.rand(channels, generator=gen))
+                module.weight.copy_(0.5 + torch.rand(channels, generator=gen))
+                module.bias.copy_(torch.randn(channels, generator=gen) * 0.1)

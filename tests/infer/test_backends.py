@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from synth import random_batch_norm
 from turboyolo.cli import main
 from turboyolo.errors import FlagError
 from turboyolo.infer import backends
@@ -58,22 +59,10 @@ def test_letterbox_equals_darknets_resize_bit_for_bit(height, width):
     assert torch.equal(boxed, expected)
 
 
-def _random_bn(model: Darknet, seed: int = 0) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, DarknetBatchNorm2d):
-                channels = module.num_features
-                module.running_mean.copy_(torch.randn(channels, generator=gen) * 0.1)
-                module.running_var.copy_(0.5 + torch.rand(channels, generator=gen))
-                module.weight.copy_(0.5 + torch.rand(channels, generator=gen))
-                module.bias.copy_(torch.randn(channels, generator=gen) * 0.1)
-
-
 @pytest.mark.parametrize("arch", ["yolov3-tiny", "yolov4-tiny"])
 def test_folded_copy_computes_what_the_model_does_and_leaves_it_alone(arch):
     model = Darknet(make_spec(arch, num_classes=5, width=128, height=96))
-    _random_bn(model)
+    random_batch_norm(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     images = torch.rand(2, 3, 96, 128)
     with torch.no_grad():
@@ -110,7 +99,7 @@ def test_backend_choice_per_device_and_precision(monkeypatch):
 def test_backends_agree_and_the_export_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("TURBOYOLO_CACHE", str(tmp_path / "cache"))
     model = Darknet(make_spec("yolov3-tiny", num_classes=3, width=96, height=96))
-    _random_bn(model, seed=1)
+    random_batch_norm(model, seed=1)
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 256, (70 + 9 * k, 120, 3), dtype=np.uint8) for k in range(3)]
     runners, counts = {}, {}
@@ -135,7 +124,7 @@ def test_detect_command_takes_backend(backend, tmp_path, monkeypatch):
     monkeypatch.setenv("TURBOYOLO_CACHE", str(tmp_path / "cache"))
     spec = make_spec("yolov3-tiny", num_classes=2, width=64, height=64)
     model = Darknet(spec)
-    _random_bn(model, seed=2)
+    random_batch_norm(model, seed=2)
     from turboyolo.formats.darknet_cfg import write_cfg
 
     cfg = write_cfg(spec, tmp_path / "m.cfg")

@@ -13,28 +13,17 @@ import threading
 import pytest
 import torch
 
+from synth import random_batch_norm
 from turboyolo.formats.darknet_cfg import ConvSpec, MaxPoolSpec
 from turboyolo.model import cpu_kernels
 from turboyolo.model.cpu_kernels import StridedMaxPool, TunedConv, tune_for_cpu
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.layers import ConvBlock, DarknetBatchNorm2d, DarknetMaxPool
+from turboyolo.model.layers import ConvBlock, DarknetMaxPool
 from turboyolo.model.zoo import make_spec
 
 NNPACK = cpu_kernels.nnpack_usable()
 WAY_SETS = [("onednn",), ("direct",), pytest.param(("winograd",), marks=pytest.mark.skipif(
     not NNPACK, reason="this PyTorch build has no NNPACK"))]
-
-
-def _random_bn(model: torch.nn.Module, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, DarknetBatchNorm2d):
-                channels = module.num_features
-                module.running_mean.copy_(torch.randn(channels, generator=gen) * 0.1)
-                module.running_var.copy_(0.5 + torch.rand(channels, generator=gen))
-                module.weight.copy_(0.5 + torch.rand(channels, generator=gen))
-                module.bias.copy_(torch.randn(channels, generator=gen) * 0.1)
 
 
 def _close(got: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
@@ -51,7 +40,7 @@ def _close(got: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
                                                      ("yolov3-tiny", 224, 160, 3)])
 def test_each_way_computes_what_the_folded_copy_does(ways, arch, width, height, batch):
     model = Darknet(make_spec(arch, num_classes=4, width=width, height=height))
-    _random_bn(model, seed=width + height)
+    random_batch_norm(model, seed=width + height)
     images = torch.rand(batch, 3, height, width, generator=torch.Generator().manual_seed(batch))
     plain = model.inference_copy(channels_last=True)
     tuned = tune_for_cpu(model.inference_copy(channels_last=True), allowed=ways)
@@ -77,7 +66,7 @@ def test_a_block_of_any_shape_and_activation_matches_conv_then_activation(activa
     gen = torch.Generator().manual_seed(size * 10 + stride)
     block = ConvBlock(ConvSpec(filters=7, size=size, stride=stride, padding=pad, activation=activation,
                                batch_normalize=True), in_channels=5)
-    _random_bn(block, seed=size)
+    random_batch_norm(block, seed=size)
     block.eval().fold_batchnorm()
     x = torch.randn(2, 5, 23, 17, generator=gen)
     with torch.inference_mode():
@@ -185,7 +174,7 @@ def test_inference_copy_for_tunes_only_plain_float32_on_the_cpu():
 @pytest.mark.skipif(cpu_kernels.nnpack_inference() is None, reason="no NNPACK inference call in this PyTorch")
 def test_precomputed_winograd_kernels_compute_what_per_call_transforms_do_within_their_budget():
     model = Darknet(make_spec("yolov3-tiny", num_classes=3, width=96, height=160))
-    _random_bn(model, seed=5)
+    random_batch_norm(model, seed=5)
     images = torch.rand(2, 3, 160, 96, generator=torch.Generator().manual_seed(5))
     copies = {}
     for budget in (0, 300_000, cpu_kernels.PRECOMPUTED_BYTES):
@@ -233,7 +222,7 @@ def test_winograd_gives_the_same_numbers_through_pytorchs_op_and_on_any_thread_c
 
 def _tuned_pair(arch="yolov3-tiny", width=96, height=64, seed=3, ways=None):
     model = Darknet(make_spec(arch, num_classes=2, width=width, height=height))
-    _random_bn(model, seed)
+    random_batch_norm(model, seed)
     plain = model.inference_copy(channels_last=True)
     return plain, tune_for_cpu(model.inference_copy(channels_last=True), ways)
 
