@@ -285,5 +285,8 @@ def test_wrong_inputs_get_an_error_or_an_empty_answer():
         for dtype in (torch.float16, torch.bfloat16, torch.float64):
             with pytest.raises(RuntimeError, match="tuned for float32 on the CPU"):
                 tuned(torch.rand(1, 3, 64, 96, dtype=dtype))
+        for shape in ((1, 4, 64, 96), (3, 64, 96)):  # plain convolutions refuse these too
+            with pytest.raises(RuntimeError, match="expected an input"):
+                tuned(torch.rand(shape))
         empty, expected = tuned(torch.rand(0, 3, 64, 96)), plain(torch.rand(0, 3, 64, 96))
     assert [e.shape for e in empty] == [e.shape for e in expected]

@@ -209,7 +209,8 @@ class TunedConv(nn.Module):
         super().__init__()
         conv = block.conv
         self.act = block.act
-        self.kernel_size, self.out_channels = list(conv.kernel_size), conv.out_channels
+        self.kernel_size, self.in_channels, self.out_channels = (list(conv.kernel_size), conv.in_channels,
+                                                                 conv.out_channels)
         self.stride, self.padding = list(conv.stride), list(conv.padding)
         self.dilation, self.groups = list(conv.dilation), conv.groups
         self.weight: torch.Tensor | None = conv.weight.detach().contiguous(memory_format=torch.channels_last)
@@ -231,6 +232,8 @@ class TunedConv(nn.Module):
         if x.dtype != torch.float32 or x.device.type != "cpu":
             raise RuntimeError(f"this inference copy is tuned for float32 on the CPU; got {x.dtype} on "
                                f"{x.device} (make the copy with Darknet.inference_copy_for for that)")
+        if x.dim() != 4 or x.shape[1] != self.in_channels:  # NNPACK's call would read past the kernel
+            raise RuntimeError(f"expected an input [N, {self.in_channels}, H, W], got {list(x.shape)}")
         if x.shape[0] == 0:
             height, width = (
                 (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
