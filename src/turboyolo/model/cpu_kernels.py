@@ -12,9 +12,10 @@ of these ways, timed on the layer's own input the first time it runs:
 - ``winograd``: NNPACK's Winograd F(6x6, 3x3) convolution for 3 x 3, stride-1, pad-1 convolutions, one
   image at a time in NCHW: about a fifth of a direct convolution's multiplications. It is called
   through NNPACK's own inference function (:class:`_NnpackInference`: the kernel transformed once per
-  layer, on torch's thread count), or through ``torch._nnpack_spatial_convolution`` where this PyTorch
+  layer, on the calling thread), or through ``torch._nnpack_spatial_convolution`` where this PyTorch
   does not export that function. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's
-  52 x 52 and 26 x 26 layers 1.6-2.3x faster than oneDNN, and lost on the first layer. Its outputs
+  104 x 104, 52 x 52 and 26 x 26 layers 1.6-2.3x faster than oneDNN, and lost on the first layer
+  (``bench/cpu_kernels.py``). Its outputs
   differ from a direct convolution's by rounding (about 1e-5 of the largest output), the same on any
   thread count;
 - ``direct``: PyTorch's ``conv2d``, then the block's activation (what the untuned copy does; the way
@@ -23,10 +24,11 @@ of these ways, timed on the layer's own input the first time it runs:
 Each way runs three times, the rounds alternating (wall clock, at torch's thread count), on the first
 image of the first batch; the fastest stays for the rest of the process, layers of the same shape share
 the choice, and the weight copies the other ways needed are dropped. The choice is made once, during
-the first forward pass (about 1 s for YOLOv3-tiny and 3 s for YOLOv3 at 416 on that CPU), and depends
-on the timing, so two processes may pick differently and differ by that rounding. Size-2
-stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the element-wise maximum of
-the four strided views: the same numbers as ``max_pool2d``, in half its time in channels_last.
+the first forward pass (0.6 s for YOLOv3-tiny and 3.2 s for YOLOv3 at 416 on that CPU, loading
+included), and depends on the timing, so two processes may pick differently and differ by that
+rounding. Size-2 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the
+element-wise maximum of the four strided views: the same numbers as ``max_pool2d``, in half its time
+in channels_last.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def _aligned(nbytes: int) -> tuple[torch.Tensor, int]:
 class _Transformed:
     """A precomputed Winograd kernel: ``nbytes`` at a 64-byte-aligned address inside a byte tensor. The
     address is found again on every use (never stored), so a copy of the layer (``copy.deepcopy``,
-    pickling) reads its own memory; a copy that lands misaligned is moved once."""
+    pickling) reads its own memory; a copy that lands misaligned is moved when it is made."""
 
     def __init__(self, nbytes: int):
         self.nbytes = nbytes
@@ -140,11 +142,16 @@ class _Transformed:
     def address(self) -> int:
         address = self.buffer.data_ptr() + self.offset
         if address % 64:
+            raise RuntimeError("a precomputed Winograd kernel lost its 64-byte alignment")
+        return address
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if (self.buffer.data_ptr() + self.offset) % 64:
             moved, aligned = _aligned(self.nbytes)
             start = aligned - moved.data_ptr()
             moved[start : start + self.nbytes] = self.buffer[self.offset : self.offset + self.nbytes]
-            self.buffer, self.offset, address = moved, start, aligned
-        return address
+            self.buffer, self.offset = moved, start
 
 
 @functools.cache
@@ -245,11 +252,16 @@ class TunedConv(nn.Module):
                 if self.way is None:
                     key = (tuple(self.weight.shape), tuple(x.shape[1:]), tuple(self.stride),
                            tuple(self.padding), tuple(self.dilation), self.groups, type(self.act),
-                           tuple(self.candidates))
+                           tuple(self.candidates), self._transform_fits())
                     if key not in self.tuning.choices:
                         self.tuning.choices[key] = self._fastest(x[:1])
                     self._keep(self.tuning.choices[key])
         return getattr(self, f"_{self.way}")(x)
+
+    def __getstate__(self) -> dict:
+        # oneDNN's packed weights are opaque tensors that neither copy nor pickle; the layer packs again
+        # on its next call, from the channels_last weight it keeps for that
+        return {**super().__getstate__(), "packed": {}}
 
     # ------------------------------------------------------------------ the ways
 
@@ -298,12 +310,20 @@ class TunedConv(nn.Module):
         if self.nchw_weight is not None or self.transformed is not None:
             return
         self.nchw_weight = self.weight.contiguous()
-        nbytes = 64 * self.nchw_weight.numel() // 9 * self.nchw_weight.element_size()  # 8 x 8 per 3 x 3
-        if nnpack is not None and nbytes <= self.tuning.budget:
+        if nnpack is not None and self._transform_fits():
             self.transformed = nnpack.transform(self.nchw_weight, height, width)
             self.tuning.budget -= self.transformed.nbytes
         if self.way == "winograd":  # chosen already (by a layer of the same shape)
             self._drop_for_winograd()
+
+    def _transform_fits(self) -> bool:
+        """Whether this layer's Winograd kernel could be precomputed now (a way timed with one may not
+        be the fastest for a layer that has to transform its kernel on every call, so this is part of
+        the choice's key)."""
+        if "winograd" not in self.candidates or nnpack_inference() is None:
+            return False
+        nbytes = 64 * self.weight.numel() // 9 * self.weight.element_size()  # 8 x 8 floats per 3 x 3
+        return nbytes <= self.tuning.budget
 
     def _drop_for_winograd(self) -> None:
         if self.transformed is not None:
