@@ -12,11 +12,11 @@ decoding and NMS (:mod:`turboyolo.model.postprocess`) are the same code whicheve
 - ``onnxruntime``: the folded copy exported by :func:`turboyolo.infer.export.export_onnx` (raw heads, any
   batch size), run by onnxruntime on the CPU with torch's thread count. The export is kept in
   ``<cache>/onnx/`` under a hash of the network and its weights, so it is paid once per model;
-- ``auto`` (default): ``torch``, the faster here (docs/PERFORMANCE.md, one 2-core AMD EPYC): letterbox to
-  boxes, one thread, YOLOv3-tiny and YOLOv3 took 0.86x and 0.81x the time of the onnxruntime backend's
-  whole call (0.93x and 0.81x of onnxruntime's ``run`` alone); on two threads 0.75x and 1.06x (the
-  onnxruntime backend's worker threads compete with PyTorch's around its ``run``). No export on first
-  use either.
+- ``auto`` (default): ``torch``. On one 2-core AMD EPYC (docs/PERFORMANCE.md), letterbox to boxes,
+  one thread, it took 0.86-0.91x (YOLOv3-tiny) and 0.81-0.84x (YOLOv3) the time of the onnxruntime
+  backend over two runs (0.93-0.98x and 0.81-0.85x of onnxruntime's ``run`` alone); on two threads
+  0.75-0.80x for YOLOv3-tiny but 1.02-1.06x for YOLOv3 (the onnxruntime backend's worker threads
+  compete with PyTorch's around its ``run``). It needs no export on first use.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ of these ways, timed on the layer's own input the first time it runs:
   through NNPACK's own inference function (:class:`_NnpackInference`: the kernel transformed once per
   layer, on the calling thread), or through ``torch._nnpack_spatial_convolution`` where this PyTorch
   does not export that function. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's
-  104 x 104, 52 x 52 and 26 x 26 layers 1.6-2.3x faster than oneDNN, and lost on the first layer
-  (``bench/cpu_kernels.py``). Its outputs
+  104 x 104, 52 x 52 and 26 x 26 layers 1.6-2.1x faster than oneDNN (13 x 13: 1.2x, with its kernel
+  precomputed) and lost on the first two (``bench/cpu_kernels.py``). Its outputs
   differ from a direct convolution's by rounding (about 1e-5 of the largest output), the same on any
   thread count;
 - ``direct``: PyTorch's ``conv2d``, then the block's activation (what the untuned copy does; the way
@@ -24,7 +24,7 @@ of these ways, timed on the layer's own input the first time it runs:
 Each way runs three times, the rounds alternating (wall clock, at torch's thread count), on the first
 image of the first batch; the fastest stays for the rest of the process, layers of the same shape share
 the choice, and the weight copies the other ways needed are dropped. The choice is made once, during
-the first forward pass (0.6 s for YOLOv3-tiny and 3.2 s for YOLOv3 at 416 on that CPU, loading
+the first forward pass (0.6-0.9 s for YOLOv3-tiny, 3.2-3.6 s for YOLOv3 at 416 on that CPU, loading
 included), and depends on the timing, so two processes may pick differently and differ by that
 rounding. Size-2 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the
 element-wise maximum of the four strided views: the same numbers as ``max_pool2d``, in half its time
@@ -168,8 +168,8 @@ def nnpack_inference() -> _NnpackInference | None:
     return None
 
 
-# Precomputed Winograd kernels take 64/9 of their weights' bytes (YOLOv3-tiny's winning layers 187 MB);
-# this many bytes per network, in layer order, then a layer transforms its kernel on every call
+# Precomputed Winograd kernels take 64/9 of their weights' bytes (YOLOv3-tiny's chosen ones 226 MiB in
+# one run); this many bytes per network, in layer order, then a layer transforms its kernel per call
 PRECOMPUTED_BYTES = 256 * 2**20
 
 
