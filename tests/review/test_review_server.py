@@ -12,14 +12,21 @@ from PIL import Image
 from turboyolo.data.autolabels import label_status
 
 
-def request(process, method: str, path: str, body: dict | None = None, token: str | None = "own"):
-    """(status, bytes) of a raw request: the path is sent as written (``../`` is not normalized away)."""
+def request(process, method: str, path: str, body: dict | None = None, token: str | None = "own",
+            headers: dict | None = None):
+    """(status, bytes) of a raw request as the page sends it (a GET's token in the URL, a POST's in the
+    header): the path is sent as written (``../`` is not normalized away); ``headers`` add or replace."""
     where = urlsplit(process.base)
     connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
-    if token:
-        path += ("&" if "?" in path else "?") + f"t={process.token if token == 'own' else token}"
+    token = process.token if token == "own" else token
+    sent = {"Content-Type": "application/json"}
+    if token and method == "GET":
+        path += ("&" if "?" in path else "?") + f"t={token}"
+    elif token:
+        sent["X-Turboyolo-Token"] = token
+    sent.update(headers or {})
     data = json.dumps(body).encode() if body is not None else None
-    connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    connection.request(method, path, body=data, headers=sent)
     response = connection.getresponse()
     return response.status, response.read()
 
