@@ -93,3 +93,27 @@ def start_review(tmp_path):
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_review_set(tmp_path_factory) -> Path:
+    """A review set of :func:`make_review_set` for a whole module (one server for many requests)."""
+    return make_review_set(tmp_path_factory.mktemp("module_review") / "ds")
+
+
+@pytest.fixture(scope="module")
+def start_module_review(tmp_path_factory):
+    """``start_review`` for servers that live as long as the module; each is stopped at its end, and
+    its output must hold no traceback."""
+    started: list[ReviewProcess] = []
+    cache = tmp_path_factory.mktemp("module_cache")
+
+    def start(data: Path, *flags: str) -> ReviewProcess:
+        process = ReviewProcess(data, cache, *flags)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        code, output = process.stop()
+        assert code == 0 and "Traceback" not in output, output

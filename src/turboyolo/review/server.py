@@ -17,8 +17,8 @@ Safe by default. Every request passes :func:`guard` before any route sees it, in
    changes anything (POST) only in the header, which no form of another site can send (403).
 4. A POST is JSON only (``Content-Type: application/json``, 415), its length given
    (``Content-Length``: missing 411, not a number 400, over :data:`MAX_BODY` 413: refused before a byte
-   of the body is read), its body one JSON object read whole (not JSON, NaN/Infinity, nested too
-   deeply: 400).
+   of the body is read), its body one JSON object read whole (not JSON, nested too deeply: 400). NaN,
+   Infinity and numbers beyond a float (``1e400``) are refused by the values' checks, naming the field.
 
 Then the route's answer: only the data set's own images are served, by their key (anything else,
 ``../`` included, and an image or label file that is a link out of the data set's folders: 404); the
@@ -283,19 +283,15 @@ def read_json_body(handler: BaseHTTPRequestHandler) -> object:
     data = handler.rfile.read(length)
     if len(data) != length:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"the body ended after {len(data)} of its {length} bytes")
-    try:
-        body = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    try:  # NaN and Infinity (JSON's non-standard tokens) read as floats: the value checks refuse them
+        body = json.loads(data.decode("utf-8"))
     except RecursionError:
         raise Refusal(HTTPStatus.BAD_REQUEST, "the JSON is nested too deeply") from None
-    except ValueError as err:  # not UTF-8, not JSON, NaN or Infinity
+    except ValueError as err:  # not UTF-8, not JSON
         raise Refusal(HTTPStatus.BAD_REQUEST, f"the body is not JSON ({str(err)[:120]})") from None
     if not isinstance(body, dict):
         raise Refusal(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
     return body
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 class Handler(BaseHTTPRequestHandler):
