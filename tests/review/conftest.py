@@ -44,11 +44,11 @@ def make_review_set(root: Path, size=(300, 400)) -> Path:
 class ReviewProcess:
     """A running ``turboyolo review DATA --no-browser``: its URL, token and output."""
 
-    def __init__(self, data: Path, cache: Path, *flags: str):
+    def __init__(self, data: Path, cache: Path, *flags: str, prefix: tuple[str, ...] = ()):
         env = {**os.environ, "TURBOYOLO_CACHE": str(cache)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "turboyolo", "review", str(data), "--no-browser",
-                                      *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "turboyolo", "review", str(data),
+                                      "--no-browser", *flags], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
         self.lines: list[str] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -85,8 +85,8 @@ def review_set(tmp_path) -> Path:
 def start_review(tmp_path):
     started: list[ReviewProcess] = []
 
-    def start(data: Path, *flags: str) -> ReviewProcess:
-        process = ReviewProcess(data, tmp_path / "cache", *flags)
+    def start(data: Path, *flags: str, prefix: tuple[str, ...] = ()) -> ReviewProcess:
+        process = ReviewProcess(data, tmp_path / "cache", *flags, prefix=prefix)
         started.append(process)
         return process
 

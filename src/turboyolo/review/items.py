@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from turboyolo.data.autolabels import label_status, labels_lock, read_manifest, record_reviewed
-from turboyolo.errors import ConfigError, DataError, OutputError, printable
+from turboyolo.errors import ConfigError, DataError, OutputError, printable, writable_folder
 from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, read_names, split_images
 from turboyolo.formats.labels import format_yolo_rows, parse_yolo_labels
 from turboyolo.formats.text import read_text
@@ -152,6 +152,17 @@ class ReviewSet:
         for item in self.items:
             counts[self.status(item, manifests)] += 1
         return counts
+
+    def unwritable(self) -> list[str]:
+        """Why label folders of the review cannot take a save (a read-only data set, no permission), one
+        line per folder: their labels are shown, saving them is refused."""
+        problems = []
+        for folder in sorted({item.label.parent for item in self.items}):
+            try:
+                writable_folder(folder, "", create=False)
+            except OutputError as err:
+                problems.append(str(err).split("; choose")[0])
+        return problems
 
     def read(self, item: Item) -> LabelState:
         """The label file of ``item`` as it is on disk now."""

@@ -53,7 +53,7 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from turboyolo.errors import FlagError, TurboYoloError, printable
+from turboyolo.errors import FlagError, OutputError, TurboYoloError, printable
 from turboyolo.options import CONF_THRES, option, require
 from turboyolo.review.images import ModelBoxes, ReducedImages
 from turboyolo.review.items import ORDERS, Conflict, ReviewSet, disagreement
@@ -317,6 +317,8 @@ class Handler(BaseHTTPRequestHandler):
         except Refusal as refusal:
             self.close_connection = True  # a body not read must not be taken for the next request
             self._error(refusal.status, str(refusal))
+        except OutputError as err:  # the data set's disk, not the request: a read-only labels folder
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, printable(err))
         except TurboYoloError as err:
             self._error(HTTPStatus.BAD_REQUEST, printable(err), getattr(err, "field", None))
         except (ConnectionError, TimeoutError):
@@ -470,6 +472,8 @@ def serve(app: ReviewApp, log: Callable[[str], None] = print) -> int:
     log(f"review of {printable(app.review.source)}: {len(app.review.items)} images, "
         f"{progress['model']} model-made, {progress['reviewed']} reviewed, {progress['human']} human, "
         f"{progress['none']} without labels")
+    for problem in app.review.unwritable()[:3]:
+        log(f"warning: {problem}: its labels are shown, saving them is refused")
     log(f"open {url}  (Ctrl-C stops)")
     if not app.args.no_browser:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
