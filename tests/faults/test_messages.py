@@ -207,3 +207,21 @@ def test_a_video_that_cannot_be_read_is_not_called_an_image(tmp_path, cli, tiny_
     run = cli("detect", broken, "--cfg", cfg, "--weights", weights, "--project", tmp_path / "d")
     run.assert_clean(0)
     assert "1 unreadable videos skipped" in run.output and "broken.avi" in run.output, run.output
+
+
+def test_resume_names_the_runs_own_inputs_it_ignores(run_copy, cli):
+    """TRAINING.md: on --resume, options other than the resumable ones "are named as ignored"; the run's
+    own --cfg, --data and --weights too (they were accepted without a word)."""
+    import torch
+
+    run_dir, cfg, data = run_copy
+    last = run_dir / "weights" / "last.pt"
+    state = torch.load(last, weights_only=False)
+    state["config"]["weights"] = str(run_dir / "start.weights")  # as a run started from weights
+    torch.save(state, last)
+    run = cli("train", "--resume", last, "--cfg", cfg, "--data", data, "--weights", run_dir / "start.weights",
+              "--lr", 0.5)
+    run.assert_clean(0)
+    line = next(line for line in run.output.splitlines() if "ignored: --" in line)
+    assert "--cfg" in line and "--data" in line and "--weights" in line, run.output
+    assert any("ignored: lr" in line for line in run.output.splitlines()), run.output

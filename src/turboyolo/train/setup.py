@@ -41,7 +41,7 @@ from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
-from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig
+from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig, refuse_new_inputs
 from turboyolo.train.darknet_step import DarknetStep, momentum_from_darknet, overwritten_deltas, unsupported
 from turboyolo.train.engine import TrainState
 from turboyolo.train.facts import auto_pipeline, step_memory
@@ -115,10 +115,15 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
         saved = TrainConfig.from_dict(resume_state["config"], source=f"{config.resume} (its config)")
+        refuse_new_inputs(saved, config)  # another cfg, data, weights or hyp: refused before a word
         ignored = [name for name in config.given if name not in RESUMABLE + RESUME_OUTPUT]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
                 f"(only {', '.join(RESUMABLE)} may change)")
+        inputs = [f"--{key}" for key in ("cfg", "data", "weights", "hyp") if getattr(config, key)]
+        if inputs:  # the run's own (others were refused): the checkpoint holds them
+            say(f"--resume continues the run's own network, weights and data; ignored: {', '.join(inputs)} "
+                "(the same as the run's: the checkpoint holds them)")
         sources = dict(resume_state["config"].get("sources") or dict.fromkeys(OPTION_GROUP, "resumed"))
         sources.update({name: "flag" for name in config.given if name in RESUMABLE})
         spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")

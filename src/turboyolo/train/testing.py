@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from turboyolo.assets import ASSETS
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import ConfigError
+from turboyolo.errors import ConfigError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
 from turboyolo.options import amp_option, device_option, option, require
+from turboyolo.train.config import EvalArgs, checked
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import (
     BACKENDS,
@@ -23,6 +24,8 @@ from turboyolo.train.metrics import (
     EVAL_NMS_THRES,
     EvalResult,
 )
+
+EVAL_OPTIONS = tuple(f.name for f in fields(EvalArgs))  # what a checkpoint's stored eval group may hold
 
 
 @dataclass
@@ -102,7 +105,7 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     """
     options, data = request.test, request.data
     spec, weights, state = _model_spec(request)
-    run_eval = eval_settings(state)
+    run_eval = eval_settings(state, weights)
     size = options.img_size
     if not size and run_eval.get("val_img_size"):  # evaluate where the run evaluated
         size = run_eval["val_img_size"]
@@ -138,14 +141,26 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     return TestReport(result, names)
 
 
-def eval_settings(state: dict | None) -> dict:
+def eval_settings(state: dict | None, source: str | Path = "the checkpoint") -> dict:
     """The evaluation settings a checkpoint's run used (its resolved ``eval`` group; ``{}`` for Darknet
-    weights): ``turboyolo test`` of a run's weights reads them as the run's own evaluations did."""
+    weights): ``turboyolo test`` of a run's weights reads them as the run's own evaluations did.
+
+    Raises:
+        WeightsError: the stored config (or its ``eval``) is not a mapping of options (``source`` named).
+        ConfigError, FlagError: a stored value of the wrong type or range (the key named).
+    """
     saved = (state or {}).get("config") or {}
+    if not isinstance(saved, dict) or not isinstance(saved.get("eval") or {}, dict):
+        what = saved if not isinstance(saved, dict) else saved.get("eval")
+        part = "config" if not isinstance(saved, dict) else "config's eval section"
+        raise WeightsError(f"{source}: damaged checkpoint: its stored {part} is {type(what).__name__} "
+                           f"{str(what)[:40]!r}, not a mapping of options; use another checkpoint of the run "
+                           "(weights/best.pt or last.pt), or its .weights with --cfg")
     settings = dict(saved.get("eval") or {})
     if saved.get("val_img_size"):  # turboyolo 0.1: flat
         settings.setdefault("val_img_size", saved["val_img_size"])
-    return {key: value for key, value in settings.items() if value is not None}
+    settings = {key: value for key, value in settings.items() if value is not None and key in EVAL_OPTIONS}
+    return checked(settings, f"{source} (its config)")
 
 
 def _model_spec(request: TestRequest) -> tuple[ModelSpec, Path, dict | None]:
