@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import pytest
@@ -224,3 +225,37 @@ def test_a_label_file_that_is_a_link_out_of_the_data_set_is_neither_served_nor_w
     assert secret.read_text() == SECRET and os.path.islink(label)
     listing = raw(process, "GET", "/api/list?order=name", token="url", length=None)[1]
     assert [item["key"] for item in listing["items"]] == ["a.jpg", "b.jpg", "c.png", "d.jpg"]  # listed
+
+
+def test_an_unforeseen_failure_in_a_route_is_answered_500_logged_and_the_server_goes_on(review_set, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """The last resort: a route that raises what nobody foresaw is answered (500, the reason in the
+    terminal), never a dead handler thread and a page waiting forever."""
+    from turboyolo.review import server as review_server
+
+    app = review_server.open_review(review_set, review_server.ReviewArgs(), cache=tmp_path / "cache")
+    httpd = review_server.make_server(app)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+
+    def broken(self, request):
+        raise RuntimeError("a bug nobody foresaw")
+
+    monkeypatch.setattr(review_server.Handler, "answer_session", broken)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", app.port, timeout=30)
+        for path in ("/api/session", "/api/list"):
+            connection.request("GET", path, headers={"X-Turboyolo-Token": app.token})
+            response = connection.getresponse()
+            body = json.loads(response.read())
+            if path == "/api/session":
+                assert response.status == 500 and "terminal" in body["error"], body
+                connection.close()
+            else:
+                assert response.status == 200 and len(body["items"]) == 3, body
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        app.images.close()
+    err = capsys.readouterr().err
+    assert "GET /api/session failed (answered 500)" in err and "a bug nobody foresaw" in err
