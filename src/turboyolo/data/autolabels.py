@@ -101,30 +101,42 @@ def labels_lock(folder: str | Path) -> Iterator[None]:
         finally:
             depth[key] -= 1
         return
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: only this process's threads wait
-        fcntl = None
     handle = _open_lock(folder)
     try:
-        if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        else:  # pragma: no cover
-            _PROCESS_LOCK.acquire()
+        _lock_file(handle, folder)
         depth[key] = 1
         try:
             yield
         finally:
             depth.pop(key, None)
-            if fcntl is not None:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-            else:  # pragma: no cover
-                _PROCESS_LOCK.release()
+            _unlock_file(handle)
     finally:
         os.close(handle)
 
 
-_PROCESS_LOCK = threading.Lock()
+_PROCESS_LOCK = threading.Lock()  # where there is no flock (not POSIX): this process's threads only
+
+
+def _lock_file(handle: int, folder: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        _PROCESS_LOCK.acquire()
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    except OSError as err:  # a file system without locks
+        raise OutputError(f"{printable(folder)}: cannot lock {LOCK_NAME} there ({err.strerror or err}): "
+                          "label files and their review records are not saved without it") from None
+
+
+def _unlock_file(handle: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        _PROCESS_LOCK.release()
+        return
+    fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _open_lock(folder: Path) -> int:
