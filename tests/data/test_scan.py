@@ -125,7 +125,7 @@ def test_scan_cache_is_json_and_a_planted_pickle_runs_nothing(tmp_path, isolated
 def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     import os
 
-    from faults.hostile import LATIN1_NAME, write_hostile_images
+    from faults.hostile import DECODE_STAGE, LATIN1_NAME, write_hostile_images
     from turboyolo.data.scan import REPORT_NAME, write_scan_report
 
     make_dataset(tmp_path, count=2)
@@ -133,17 +133,25 @@ def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     (tmp_path / "images" / os.fsdecode(LATIN1_NAME)).write_bytes(b"")  # a bad file with a Latin-1 name
     train = scan_dataset(tmp_path / "images", "train")
     val = scan_dataset(tmp_path / "images", "val")
-    assert len(train.excluded) == len(expected) + 1
+    assert len(train.excluded) == len(expected) - len(DECODE_STAGE) + 1
+    # damage under an intact structure passes the scan; the first decode (an epoch here) refuses it
+    assert DECODE_STAGE <= {s.image.name for s in train.samples}
+    loader = build_loader(train.samples, img_size=64, batch_size=2, augment=AugmentParams.from_net(),
+                          workers=0, shuffle=True, seed=1)
+    drawn = {meta.path.name for _, _, metas in loader for meta in metas}
+    assert drawn and not drawn & DECODE_STAGE
     gone = [("/data/gone.jpg", "removed")] * 2  # one file, listed once
-    path = write_scan_report(tmp_path / "run", [train, val], load_failures=gone)
+    path = write_scan_report(tmp_path / "run", [train, val], load_failures=[*loader.replaced, *gone])
     assert path == tmp_path / "run" / REPORT_NAME
     report = path.read_text(encoding="utf-8")
     for name, words in expected.items():
         line = next(line for line in report.splitlines() if name in line)
         assert any(word in line for word in words), line
+        assert line.count(name) == 1, line  # one path per line, never "P: P: reason"
     assert "caf\\xe9.jpg: zero-byte" in report  # named, with the odd byte escaped
     assert report.count("scan train:") == 1 and report.count("scan val:") == 1
-    assert "failed to load after the scan (1):" in report and "/data/gone.jpg: removed" in report
+    assert f"failed to load after the scan ({len(DECODE_STAGE) + 1}):" in report
+    assert "/data/gone.jpg: removed" in report
     console = train.console_text(limit=3, report=path)
     lines = console.splitlines()
     assert lines[0] == train.summary() and len(lines) == 5 and str(path) in lines[-1]

@@ -164,9 +164,9 @@ HOSTILE_IMAGES = {
 }
 
 
-# the ones whose structure is intact: only decoding their image data finds the damage (the first decode of
-# a run, not the scan)
-DECODE_STAGE = frozenset({"entropy.jpg", "zeroed.jpg", "inflate.png"})
+# the ones the scan's header check passes: damage inside the image data (a baseline JPEG's one scan is not
+# walked by the scan; a PNG's compressed data under valid CRCs), found by the first decode of a run
+DECODE_STAGE = frozenset({"midcorrupt.jpg", "entropy.jpg", "zeroed.jpg", "inflate.png"})
 
 
 def write_hostile_images(folder: Path) -> dict[str, tuple[str, ...]]:

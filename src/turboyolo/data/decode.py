@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import cv2
 import numpy as np
@@ -57,7 +59,7 @@ from turboyolo.formats.images import (
     png_problem,
     sniff,
 )
-from turboyolo.formats.jpeg import exif_orientation
+from turboyolo.formats.jpeg import NeedsMore, exif_orientation
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not return grey rows
 _PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, RuntimeError,
@@ -72,6 +74,7 @@ _DAMAGE = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent prog
 # A warning after the last scan, about a stray byte before the end marker (some encoders write one): every
 # scan decoded cleanly before it. The harmless ones before the image data: formats.images.harmless_fixed.
 _AT_THE_END = re.compile(r": 1 extraneous bytes before marker 0xd9")
+_PROBE_HEAD, _PROBE_TAIL = 1 << 17, 1 << 14  # what the scan's check reads of a baseline JPEG
 DECODES: Counter[str] = Counter()  # path -> decodes by :func:`decode_image` in this process (tests read it)
 
 
@@ -160,14 +163,12 @@ def _pixels(count: int) -> str:
     return f"{count / 1e6:.0f} megapixels" if count >= 10**6 else f"{count} pixels"
 
 
-def _read(path: Path) -> tuple[bytes | None, str | None]:
-    """(whole file, ``"JPEG"``/``"PNG"``) for the formats checked here; (None, None) for the others,
-    which Pillow reads from the path. Raises DataError for a missing, unreadable or empty file."""
+@contextmanager
+def _file(path: Path) -> Iterator[BinaryIO]:
+    """The image file open for reading; a missing, unreadable or looping path is a DataError."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(8)
-            kind = sniff(head)
-            data = head + handle.read() if kind else None
+            yield handle
     except FileNotFoundError:
         raise DataError(f"{path}: image not found; fix the list file or restore the image") from None
     except IsADirectoryError:
@@ -176,21 +177,46 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
         if err.errno == errno.ELOOP:
             raise DataError(f"{path}: {link_problem(path)}; fix or remove the link") from None
         raise DataError(f"{path}: image unreadable ({err.strerror or err}); check its permissions") from None
+
+
+def _read(path: Path) -> tuple[bytes | None, str | None]:
+    """(whole file, ``"JPEG"``/``"PNG"``) for the formats checked here; (None, None) for the others,
+    which Pillow reads from the path. Raises DataError for a missing, unreadable or empty file."""
+    with _file(path) as handle:
+        head = handle.read(8)
+        kind = sniff(head)
+        data = head + handle.read() if kind else None
     if not head:
         raise DataError(f"{path}: zero-byte image file; re-export or remove it")
     return data, kind
 
 
-def _jpeg(path: Path, data: bytes) -> JpegHeader:
-    """A JPEG's checked headers (:func:`turboyolo.formats.jpeg.jpeg_header`) within :func:`pixel_limit`."""
+def _jpeg(path: Path, data: bytes, **part) -> JpegHeader:
+    """A JPEG's checked headers (:func:`turboyolo.formats.jpeg.jpeg_header`; ``part``: its ``size`` and
+    ``tail`` when ``data`` is the scan's part of the file) within :func:`pixel_limit`."""
     try:
-        header = jpeg_header(data)
+        header = jpeg_header(data, **part)
     except JpegProblem as problem:
         raise DataError(f"{path}: {problem}; re-export or remove it") from None
     limit = pixel_limit()
     if limit is not None and header.width * header.height > limit:
         raise _too_large(path, header.width * header.height, limit, (header.width, header.height))
     return header
+
+
+def _probe_jpeg(path: Path, handle: BinaryIO, head: bytes) -> JpegHeader:
+    """The scan's check of a JPEG from ``head`` (its first bytes) and its last bytes, or from the whole
+    file where the walk needs it (several scans: a progressive file)."""
+    size = os.fstat(handle.fileno()).st_size
+    tail = None
+    if len(head) < size:
+        handle.seek(max(len(head), size - _PROBE_TAIL))
+        tail = handle.read()
+    try:
+        return _jpeg(path, head, size=size, tail=tail)
+    except NeedsMore:
+        handle.seek(len(head))
+        return _jpeg(path, head + handle.read())
 
 
 def _png(path: Path, data: bytes) -> None:
@@ -419,9 +445,15 @@ def probe_image(path: str | Path) -> tuple[int, int, str]:
         DataError: naming the file and the reason.
     """
     path = Path(path)
-    data, kind = _read(path)
+    with _file(path) as handle:
+        head = handle.read(_PROBE_HEAD)
+        kind = sniff(head[:8])
+        if kind == "JPEG":
+            header = _probe_jpeg(path, handle, head)
+        data = head + handle.read() if kind == "PNG" else None
+    if not head:
+        raise DataError(f"{path}: zero-byte image file; re-export or remove it")
     if kind == "JPEG":
-        header = _jpeg(path, data)
         width, height, fmt, orientation = header.width, header.height, "JPEG", header.orientation
     else:
         if kind == "PNG":

@@ -28,10 +28,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import multiprocessing
 import os
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import numpy as np
 from turboyolo.assets import cache_dir
 from turboyolo.data.autolabels import label_status, read_manifest
 from turboyolo.data.decode import probe_image
+from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import (
     label_path_disagreement,
@@ -245,6 +247,39 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
                   warning=warning)
 
 
+PROCESS_MIN = 2000  # fewer images to check than this: threads in this process (a start costs more)
+
+
+def _check_all(images: list[Path], num_classes: int | None, workers: int | None) -> list[_Entry]:
+    """:func:`_check_one` of every image, in order, on every core: the checks are mostly Python (they hold
+    the GIL), so a long list is cut into chunks checked by forked processes, each with a few threads that
+    overlap its file reads; a short one (or where processes cannot fork) uses threads here."""
+    cpus = usable_cpus()
+    threads = workers or min(32, cpus * 2)
+    context = _fork_context()
+    if len(images) < PROCESS_MIN or cpus < 2 or context is None:
+        return _check_chunk(images, num_classes, threads)
+    processes = min(cpus, threads)
+    size = max(64, min(1024, -(-len(images) // (processes * 8))))
+    chunks = [images[i:i + size] for i in range(0, len(images), size)]
+    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+        done = pool.map(_check_chunk, chunks, [num_classes] * len(chunks),
+                        [_THREADS_PER_PROCESS] * len(chunks))
+        return [entry for chunk in done for entry in chunk]
+
+
+_THREADS_PER_PROCESS = 4  # enough to keep a disk busy while the others parse
+
+
+def _check_chunk(images: list[Path], num_classes: int | None, threads: int) -> list[_Entry]:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda image: _check_one(image, num_classes), images))
+
+
+def _fork_context():
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def _cache_file(data_path: Path, split: str) -> Path:
     digest = hashlib.sha1(f"{data_path.resolve()}|{split}|{SCAN_VERSION}".encode(errors="surrogateescape")
                           ).hexdigest()[:16]
@@ -331,10 +366,8 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
             todo.append(image)
     from_cache = len(entries)
     if todo:
-        workers = workers or min(32, (os.cpu_count() or 1) * 2)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for image, entry in zip(todo, pool.map(lambda p: _check_one(p, num_classes), todo), strict=True):
-                entries[str(image)] = entry
+        for image, entry in zip(todo, _check_all(todo, num_classes, workers), strict=True):
+            entries[str(image)] = entry
         if cache_path:
             _save_cache(cache_path, entries)
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,

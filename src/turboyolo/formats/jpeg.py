@@ -19,7 +19,8 @@ treats as an error, is named here already:
 - inside each scan's entropy-coded data only stuffed ``FF 00``, fill bytes and restart markers in
   sequence (random bytes almost always hold some other ``FF xx``), and an end-of-image marker after the
   last scan (a truncated file has none). Data after it (camera trailers, an MPO's second picture) is
-  allowed.
+  allowed. The scan's check of a file whose one scan holds the whole picture (a baseline JPEG) reads its
+  headers and its end only: that an end-of-image marker follows the scan.
 
 What only a decode finds (entropy-coded data that is wrong without a stray marker, e.g. zeros) is left
 to the first decode of the file (:func:`turboyolo.data.decode.decode_image`).
@@ -65,24 +66,43 @@ class JpegHeader:
     orientation: int  # EXIF (else XMP) orientation, 1..8; 1 when absent or unreadable
 
 
-def jpeg_header(data: bytes) -> JpegHeader:
-    """The headers of a whole JPEG file, every segment checked (see the module docstring).
+class NeedsMore(Exception):
+    """:func:`jpeg_header` was given the first part of a file and needs the rest."""
+
+
+def jpeg_header(data: bytes, *, size: int | None = None, tail: bytes | None = None) -> JpegHeader:
+    """The headers of a JPEG file, every segment checked (see the module docstring).
+
+    Args:
+        data: the whole file; or, with ``size``, the file or its first bytes.
+        size: given (the scan's check): the file's size. A file whose first scan holds the whole picture
+            (a baseline JPEG) is then checked up to that scan's header and for an end-of-image marker
+            after it in ``tail``; its entropy-coded data is not walked (the first decode reads it). Other
+            files are walked whole.
+        tail: with ``size``, the file's last bytes (default: ``data``, when it is the whole file).
 
     Raises:
         JpegProblem: what libjpeg would refuse, or a truncated or damaged structure, and where.
+        NeedsMore: given the first part of a file, the walk needs the rest: call again with it all.
     """
-    size = len(data)
+    whole = size is None
+    size = len(data) if whole else size
+    have = len(data)
     if data[:2] != JPEG_SOI:
         raise JpegProblem("not a JPEG file (no start-of-image marker)")
     frame = _Frame()
     pos, ff = 2, None
     while True:
+        if pos + 4 > have and have < size:
+            raise NeedsMore
         if pos >= size:
             raise JpegProblem(f"truncated JPEG: the file ends at byte {size} before the end-of-image marker")
         if data[pos] != 0xFF:
             raise JpegProblem(f"corrupt JPEG: stray bytes at byte {pos} where a marker should start")
-        while pos < size and data[pos] == 0xFF:  # fill bytes
+        while pos < have and data[pos] == 0xFF:  # fill bytes
             pos += 1
+        if pos + 3 > have and have < size:
+            raise NeedsMore
         if pos >= size:
             raise JpegProblem(f"truncated JPEG: the file ends at byte {size} inside a marker")
         marker, at = data[pos], pos - 1
@@ -100,12 +120,30 @@ def jpeg_header(data: bytes) -> JpegHeader:
             what = "truncated" if length >= 2 else "corrupt"
             raise JpegProblem(f"{what} JPEG: marker 0xFF{marker:02X} at byte {at} declares {length} bytes "
                               "past the end")
+        if pos + length > have:
+            raise NeedsMore
         frame.segment(marker, data[pos + 2:pos + length], at)
         pos += length
-        if marker == SOS:
-            if ff is None:
-                ff = ff_bytes(data)
-            pos = _scan_end(ff, pos)
+        if marker != SOS:
+            continue
+        if not whole and frame.single_scan:
+            return _ends(frame, pos, size, data if tail is None else tail)
+        if have < size:
+            raise NeedsMore
+        if ff is None:
+            ff = ff_bytes(data)
+        pos = _scan_end(ff, pos)
+
+
+def _ends(frame: _Frame, pos: int, size: int, tail: bytes) -> JpegHeader:
+    """The header of a file whose one scan starts at ``pos``, when an end-of-image marker follows it."""
+    start = size - len(tail)
+    if tail.rfind(b"\xff\xd9", max(0, pos - start)) >= 0:
+        return frame.header()
+    if start > pos:  # the marker may lie before the tail (a long trailer after it)
+        raise NeedsMore
+    raise JpegProblem(f"truncated JPEG: the image data that starts at byte {pos} runs to the end of the file "
+                      "without an end-of-image marker")
 
 
 def jpeg_problem(data: bytes) -> str | None:
