@@ -269,14 +269,14 @@ _SCAN_SCRIPTS = (
 )
 
 
-def jpeg_sources(folder: Path, seed: int = 0) -> dict[str, bytes]:
+def jpeg_sources(folder: Path, seed: int = 0, size: tuple[int, int] = (96, 136)) -> dict[str, bytes]:
     """Good JPEGs of every structure the damage below applies to: baseline (with and without restart
     markers), progressive from Pillow (4:2:0, 4:4:4, grey), and progressive from ``jpegtran -scans`` with
     custom scan scripts and restart intervals when jpegtran is installed (libjpeg-turbo-progs)."""
     import shutil
     import subprocess
 
-    rgb = _photo(96, 136, seed)
+    rgb = _photo(*size, seed)
     sources = {
         "baseline": _jpeg_bytes(rgb, quality=90),
         "restarts": _jpeg_bytes(rgb, quality=90, restart_marker_blocks=3),
@@ -365,18 +365,22 @@ def _damages(data: bytes, rng) -> dict[str, bytes]:
     return out
 
 
-def damaged_jpegs(folder: Path, seed: int = 0) -> dict[str, Path]:
-    """Every damage of :func:`_damages` on every source of :func:`jpeg_sources` (a few hundred files),
-    written to ``folder``; returns {file name: path}. Some damage leaves a file every decoder reads (a
-    trailer after the end marker, a band's table slot that happens to be defined): the tests judge each
-    file by the strict whole decode, not by its name."""
+def damaged_jpegs(folder: Path, seed: int = 0, size: tuple[int, int] = (96, 136),
+                  sources: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """Every damage of :func:`_damages` on every source of :func:`jpeg_sources` (``sources``: only those;
+    a few hundred files for all), ``size`` (h, w) pixels, written to ``folder``; returns {file name:
+    path}. Some damage leaves a file every decoder reads (a trailer after the end marker, a dropped scan no
+    refinement follows): the tests judge each file by the strict whole decode, not by its name."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
-    for source, data in jpeg_sources(folder / ".sources", seed).items():
+    for source, data in jpeg_sources(folder / ".sources", seed, size).items():
+        if sources is not None and source not in sources:
+            continue
         for damage, damaged in _damages(data, rng).items():
             path = folder / f"{source}-{damage}.jpg"
             path.write_bytes(damaged)
             written[path.name] = path
-    (folder / ".sources").rmdir() if (folder / ".sources").exists() else None
+    if (folder / ".sources").exists():
+        (folder / ".sources").rmdir()
     return written

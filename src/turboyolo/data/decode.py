@@ -215,8 +215,8 @@ def _probe_jpeg(path: Path, handle: BinaryIO, head: bytes) -> JpegHeader:
     try:
         return _jpeg(path, head, size=size, tail=tail)
     except NeedsMore:
-        handle.seek(len(head))
-        return _jpeg(path, head + handle.read())
+        handle.seek(0)  # one read of the whole (joining the head and the rest would copy it again)
+        return _jpeg(path, handle.read())
 
 
 def _png(path: Path, data: bytes) -> None:

@@ -8,9 +8,12 @@ Rules (each excluded or fixed file is listed with its reason in the report):
   is excluded (dropping only the line would train its object as background); the lines are counted;
 - box corners up to 0.01 outside [0, 1]: clipped (fixed, by line);
 - duplicate boxes: removed (fixed);
-- unreadable, truncated, damaged (bad PNG CRC, garbage in a JPEG's image data), zero-byte or too large
-  (a decompression bomb) image: excluded (the checks of :func:`turboyolo.data.decode.probe_image`, the
-  same ones every decode runs). EXIF orientation is applied to sizes.
+- unreadable, truncated, damaged (bad PNG CRC, a JPEG segment libjpeg refuses: tables, frame, scan or
+  progressive parameters), zero-byte or too large (a decompression bomb) image: excluded (the header and
+  structure checks of :func:`turboyolo.data.decode.probe_image`, which every decode runs too; no pixel is
+  decoded here). Damage inside the image data under an intact structure is found by the first decode the
+  run makes of the file (the prepared cache's build, or the loader's first epoch), which replaces it,
+  counts it and names it in the run's report. EXIF orientation is applied to sizes.
 - a label file that Darknet's or PyTorch-YOLOv3's path rule would pick differently: warning;
 - a folder link not followed again (a link loop) or an unreadable folder: warning.
 
@@ -476,7 +479,7 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
         data_path: a ``.data`` file, a ``data.yaml`` or an image folder.
         split: ``train`` or ``val``.
         names: class names overriding the data set's (required when it has none and labels exist).
-        workers: threads for the checks (default 2 x CPUs).
+        workers: threads for the checks (default 2 x CPUs; a long list is checked in a process per CPU).
         use_cache: reuse/update the scan cache keyed by path, size and mtime.
         report_path: where to write the full report (``result.report``); default: beside the scan
             cache, ``$TURBOYOLO_CACHE/scans/<data>-<split>-<hash>.txt``.

@@ -155,11 +155,20 @@ def jpeg_problem(data: bytes) -> str | None:
     return None
 
 
+_CHUNK = 1 << 18  # bytes compared at a time: a small scratch array, not one as large as the file
+
+
 def ff_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every FF of a JPEG file: (positions, the byte after each, which are restart markers, which end a
     scan), found once per file."""
     array = np.frombuffer(data, np.uint8)
-    ff = np.flatnonzero(array[:-1] == 0xFF)
+    count = len(array) - 1
+    scratch = np.empty(min(max(count, 0), _CHUNK), bool)
+    positions = []
+    for start in range(0, count, _CHUNK):
+        piece = array[start:min(start + _CHUNK, count)]
+        positions.append(np.flatnonzero(np.equal(piece, 0xFF, out=scratch[:len(piece)])) + start)
+    ff = np.concatenate(positions) if positions else np.zeros(0, np.intp)
     after = array[ff + 1]
     restart = (after >= 0xD0) & (after <= 0xD7)
     return ff, after, restart, (after != 0x00) & (after != 0xFF) & ~restart
@@ -383,10 +392,10 @@ class _Frame:
             bits = self.coef_bits[c]
             if ss > 0 and bits[0] < 0:
                 raise _inconsistent(c, 0, at)
-            for k in range(ss, se + 1):
-                if ah != max(bits[k], 0):
-                    raise _inconsistent(c, k, at)
-                bits[k] = al
+            band = bits[ss:se + 1]  # each coefficient's last Al (-1: never coded, as 0 here)
+            if (max(band) > 0 if ah == 0 else (min(band) != ah or max(band) != ah)):
+                raise _inconsistent(c, ss + next(k for k, b in enumerate(band) if max(b, 0) != ah), at)
+            bits[ss:se + 1] = [al] * len(band)
 
     def uses_huffman(self, tables: list[tuple[int, int]], params: tuple[int, int], at: int) -> None:
         """The Huffman tables a scan decodes with: defined by then (a baseline frame has the standard
