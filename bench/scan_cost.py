@@ -7,8 +7,10 @@ label file. Reported per image:
 
 - ``check 1 thread``: :func:`turboyolo.data.scan._check_one` (the image's check and its label file),
   one after another in this process: wall and CPU ms per image (the median of ``--repeats`` passes);
-- ``scan wall``: :func:`turboyolo.data.scan.scan_images` without the cache, with its default pool, and
-  the CPU seconds of the whole process tree over that wall time (how many cores it used);
+- ``scan wall``: :func:`turboyolo.data.scan.scan_images` without the cache, with its default pool (a
+  process per CPU for a long list), and the CPU seconds of the whole process tree over that wall time
+  (how many cores it used); then the same with threads in one process only (the pool before processes:
+  the checks are mostly Python, so the GIL lets about one core work);
 - ``PIL header check``: a header-only check as Ultralytics' ``verify_image_label`` makes it (Pillow
   opens the file, ``verify()``, the EXIF size, and for a JPEG whether the last two bytes are the end
   marker), reimplemented here as a yardstick on the same files.
@@ -114,10 +116,24 @@ def _tree_cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def scan_wall(paths: list[Path], repeats: int, workers: int | None) -> tuple[float, float]:
-    """(wall ms per image, cores used) of a whole uncached scan with its pool: the fastest pass."""
+def scan_wall(paths: list[Path], repeats: int, workers: int | None, threads_only: bool = False
+              ) -> tuple[float, float]:
+    """(wall ms per image, cores used) of a whole uncached scan with its pool: the fastest pass;
+    ``threads_only``: its thread pool in this process whatever the list's length (as before processes)."""
+    import turboyolo.data.scan as scan
     from turboyolo.data.scan import scan_images
 
+    saved = getattr(scan, "PROCESS_MIN", None)
+    if threads_only:
+        scan.PROCESS_MIN = 1 << 62
+    try:
+        return _scan_wall(scan_images, paths, repeats, workers)
+    finally:
+        if saved is not None:
+            scan.PROCESS_MIN = saved
+
+
+def _scan_wall(scan_images, paths: list[Path], repeats: int, workers: int | None) -> tuple[float, float]:
     best = None
     for _ in range(repeats):
         _warm(paths)
@@ -136,9 +152,11 @@ def measure(name: str, paths: list[Path], repeats: int, workers: int | None) -> 
     check = per_image(lambda p: _check_one(p, 1), paths, repeats)
     pil = per_image(pil_header_check, paths, repeats)
     wall, cores = scan_wall(paths, repeats, workers)
+    thread_wall, thread_cores = scan_wall(paths, repeats, workers, threads_only=True)
     mb = sum(p.stat().st_size for p in paths) / len(paths) / 1e6
     return {"set": name, "images": len(paths), "mb": mb, "check_wall": check[0], "check_cpu": check[1],
-            "scan_wall": wall, "cores": cores, "pil_wall": pil[0], "pil_cpu": pil[1]}
+            "scan_wall": wall, "cores": cores, "thread_wall": thread_wall, "thread_cores": thread_cores,
+            "pil_wall": pil[0], "pil_cpu": pil[1]}
 
 
 def main() -> None:
@@ -160,12 +178,13 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at the end")
     print("| set | images | MB/image | check 1 thread: wall / CPU ms per image | scan wall ms per image "
-          "(cores used) | PIL header check: wall / CPU ms |")
-    print("|---|---|---|---|---|---|")
+          "(cores used) | the same, threads only | PIL header check: wall / CPU ms |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['set']} | {r['images']} | {r['mb']:.2f} | "
-              f"{r['check_wall']:.3f} / {r['check_cpu']:.3f} | "
-              f"{r['scan_wall']:.3f} ({r['cores']:.1f}) | {r['pil_wall']:.3f} / {r['pil_cpu']:.3f} |")
+              f"{r['check_wall']:.3f} / {r['check_cpu']:.3f} | {r['scan_wall']:.3f} ({r['cores']:.1f}) | "
+              f"{r['thread_wall']:.3f} ({r['thread_cores']:.1f}) | "
+              f"{r['pil_wall']:.3f} / {r['pil_cpu']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import simplejpeg
 from PIL import Image
 
 from turboyolo.data.decode import decode_image, load_image, probe_image
@@ -222,3 +223,36 @@ def test_a_reduced_decode_leaves_out_only_what_its_scale_never_reads(tmp_path, m
     for check in (decode_image, lambda p: decode_image(p, 100), lambda p: decode_image(p, 60)):
         with pytest.raises(DataError, match="d.jpg: corrupt JPEG"):
             check(tmp_path / "d.jpg")
+
+
+def test_harmless_warnings_are_read_past_and_damage_after_them_is_not(tmp_path):
+    """A damaged ICC profile, a JFIF version 2 and an unknown Adobe colour transform make libjpeg warn:
+    the strict decode reads past them (the same pixels as without them), and still refuses damaged image
+    data in the same file."""
+    from faults.hostile import entropy_damaged_jpeg, good_jpeg
+
+    data = good_jpeg(tmp_path / "ok.jpg", 96, 128).read_bytes()
+    reference = decode_image(tmp_path / "ok.jpg")[0]
+    jfif = data.index(b"JFIF\x00")
+    icc = b"ICC_PROFILE\x00" + bytes([3, 2]) + bytes(20)  # chunk 3 of 2: libjpeg's "bad ICC marker"
+    app2 = b"\xff\xe2" + (len(icc) + 2).to_bytes(2, "big") + icc
+    adobe = b"Adobe" + bytes([0, 100, 0, 0, 0, 0, 7])  # transform 7: unknown
+    app14 = b"\xff\xee" + (len(adobe) + 2).to_bytes(2, "big") + adobe
+    app0_end = jfif - 4 + int.from_bytes(data[jfif - 2:jfif], "big") + 2
+    variants = {
+        "icc.jpg": data[:2] + app2 + data[2:],
+        "jfif2.jpg": data[:jfif + 5] + b"\x02" + data[jfif + 6:],
+        "adobe.jpg": data[:2] + app14 + data[app0_end:],  # no JFIF segment: libjpeg reads the transform
+    }
+    for name, variant in variants.items():
+        with pytest.raises(ValueError, match="ICC|JFIF|Adobe"):  # libjpeg warns (simplejpeg raises)
+            simplejpeg.decode_jpeg(variant)
+        (tmp_path / name).write_bytes(variant)
+        probe_image(tmp_path / name)
+        assert np.array_equal(decode_image(tmp_path / name)[0], reference), name
+        assert np.array_equal(decode_image(tmp_path / name, 16)[0], decode_image(tmp_path / "ok.jpg", 16)[0])
+    damaged = entropy_damaged_jpeg(tmp_path / "damaged.jpg").read_bytes()
+    at = damaged.index(b"JFIF\x00")
+    (tmp_path / "both.jpg").write_bytes(damaged[:at + 5] + b"\x02" + damaged[at + 6:])
+    with pytest.raises(DataError, match="both.jpg: corrupt JPEG: the image data does not decode cleanly"):
+        decode_image(tmp_path / "both.jpg")

@@ -100,9 +100,10 @@ def test_a_refused_file_is_never_drawn_and_every_one_is_named(tmp_path, isolated
             drawn |= {Path(path).name for path in metas.paths}
     decoded = {samples[i].image.name for i in loader.decoded}  # every image whose pixels were used
     assert drawn and decoded and not (drawn | decoded) & refused
-    verdicts = loader.dataset.verdicts  # written by the workers, read here
-    assert {samples[i].image.name for i in range(len(samples)) if verdicts[i] == REFUSED} == refused - excluded
-    assert {samples[i].image.name for i in range(len(samples)) if verdicts[i] == VERIFIED} == decoded
+    verdicts = loader.dataset.verdicts.tolist()  # written by the workers, read here
+    named = {verdict: {s.image.name for s, v in zip(samples, verdicts, strict=True) if v == verdict}
+             for verdict in (REFUSED, VERIFIED)}
+    assert named[REFUSED] == refused - excluded and named[VERIFIED] == decoded
     report = write_scan_report(tmp_path / "run", [scan], loader.replaced).read_text(encoding="utf-8")
     for name in refused:  # each refused file named once, with one path on its line
         lines = [line for line in report.splitlines() if name in line]
