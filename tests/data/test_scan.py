@@ -1,5 +1,7 @@
 """The scan on a corpus of bad files: each one reported with the right reason; loader still full."""
 
+import os
+
 import numpy as np
 from PIL import Image
 
@@ -172,3 +174,33 @@ def test_list_file_with_latin1_name_keeps_the_image(tmp_path, isolated_cache):
     assert not result.excluded and len(result.samples) == 2
     assert result.samples[1].image.name == os.fsdecode(LATIN1_NAME)
     result.report_text().encode("utf-8")
+
+
+def test_a_long_list_is_checked_in_processes_with_the_same_result(tmp_path, isolated_cache, monkeypatch):
+    """The checks hold the GIL: a long list goes to a process per CPU (here any list of 4 or more); every
+    entry is the one threads in this process give, in the list's order."""
+    import turboyolo.data.scan as scan
+    from faults.hostile import write_hostile_images
+
+    make_dataset(tmp_path, count=12)
+    write_hostile_images(tmp_path / "images")
+    threads = scan_dataset(tmp_path / "images", "train", use_cache=False)
+    real = scan._check_one
+
+    def check_and_say_where(image, num_classes):
+        entry = real(image, num_classes)
+        entry.pid = os.getpid()  # travels back with the entry
+        return entry
+
+    monkeypatch.setattr(scan, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(scan, "PROCESS_MIN", 4)
+    monkeypatch.setattr(scan, "_check_one", check_and_say_where)  # the forked processes inherit it
+    images = sorted((tmp_path / "images").iterdir())
+    pids = {entry.pid for entry in scan._check_all(images, None, None)}
+    assert os.getpid() not in pids and len(pids) >= 1
+    processes = scan_dataset(tmp_path / "images", "train", use_cache=False)
+    assert processes.excluded == threads.excluded and processes.warnings == threads.warnings
+    for a, b in zip(threads.samples, processes.samples, strict=True):
+        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
+    monkeypatch.setattr(scan, "PROCESS_MIN", 10**9)
+    assert {entry.pid for entry in scan._check_all(images, None, None)} == {os.getpid()}

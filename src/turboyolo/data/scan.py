@@ -260,9 +260,9 @@ def _check_all(images: list[Path], num_classes: int | None, workers: int | None)
     cpus = usable_cpus()
     threads = workers or min(32, cpus * 2)
     context = _fork_context()
-    if len(images) < PROCESS_MIN or cpus < 2 or context is None:
-        return _check_chunk(images, num_classes, threads)
     processes = min(cpus, threads)
+    if len(images) < PROCESS_MIN or processes < 2 or context is None:
+        return _check_chunk(images, num_classes, threads)
     size = max(64, min(1024, -(-len(images) // (processes * 8))))
     chunks = [images[i:i + size] for i in range(0, len(images), size)]
     with ProcessPoolExecutor(processes, mp_context=context) as pool:
