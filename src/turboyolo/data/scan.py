@@ -33,6 +33,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -265,10 +266,16 @@ def _check_all(images: list[Path], num_classes: int | None, workers: int | None)
         return _check_chunk(images, num_classes, threads)
     size = max(64, min(1024, -(-len(images) // (processes * 8))))
     chunks = [images[i:i + size] for i in range(0, len(images), size)]
-    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_leave_ctrl_c_to_the_caller)
+    try:
         done = pool.map(_check_chunk, chunks, [num_classes] * len(chunks),
                         [_THREADS_PER_PROCESS] * len(chunks))
         return [entry for chunk in done for entry in chunk]
+    except BaseException:  # Ctrl-C: the chunks not started are dropped, not checked first
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
 
 
 _THREADS_PER_PROCESS = 4  # enough to keep a disk busy while the others parse
@@ -277,6 +284,10 @@ _THREADS_PER_PROCESS = 4  # enough to keep a disk busy while the others parse
 def _check_chunk(images: list[Path], num_classes: int | None, threads: int) -> list[_Entry]:
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(lambda image: _check_one(image, num_classes), images))
+
+
+def _leave_ctrl_c_to_the_caller() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _fork_context():
