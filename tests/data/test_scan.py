@@ -1,5 +1,7 @@
 """The scan on a corpus of bad files: each one reported with the right reason; loader still full."""
 
+import os
+
 import numpy as np
 from PIL import Image
 
@@ -125,7 +127,7 @@ def test_scan_cache_is_json_and_a_planted_pickle_runs_nothing(tmp_path, isolated
 def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     import os
 
-    from faults.hostile import LATIN1_NAME, write_hostile_images
+    from faults.hostile import DECODE_STAGE, LATIN1_NAME, write_hostile_images
     from turboyolo.data.scan import REPORT_NAME, write_scan_report
 
     make_dataset(tmp_path, count=2)
@@ -133,17 +135,25 @@ def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     (tmp_path / "images" / os.fsdecode(LATIN1_NAME)).write_bytes(b"")  # a bad file with a Latin-1 name
     train = scan_dataset(tmp_path / "images", "train")
     val = scan_dataset(tmp_path / "images", "val")
-    assert len(train.excluded) == len(expected) + 1
+    assert len(train.excluded) == len(expected) - len(DECODE_STAGE) + 1
+    # damage under an intact structure passes the scan; the first decode (an epoch here) refuses it
+    assert DECODE_STAGE <= {s.image.name for s in train.samples}
+    loader = build_loader(train.samples, img_size=64, batch_size=2, augment=AugmentParams.from_net(),
+                          workers=0, shuffle=True, seed=1)
+    drawn = {meta.path.name for _, _, metas in loader for meta in metas}
+    assert drawn and not drawn & DECODE_STAGE
     gone = [("/data/gone.jpg", "removed")] * 2  # one file, listed once
-    path = write_scan_report(tmp_path / "run", [train, val], load_failures=gone)
+    path = write_scan_report(tmp_path / "run", [train, val], load_failures=[*loader.replaced, *gone])
     assert path == tmp_path / "run" / REPORT_NAME
     report = path.read_text(encoding="utf-8")
     for name, words in expected.items():
         line = next(line for line in report.splitlines() if name in line)
         assert any(word in line for word in words), line
+        assert line.count(name) == 1, line  # one path per line, never "P: P: reason"
     assert "caf\\xe9.jpg: zero-byte" in report  # named, with the odd byte escaped
     assert report.count("scan train:") == 1 and report.count("scan val:") == 1
-    assert "failed to load after the scan (1):" in report and "/data/gone.jpg: removed" in report
+    assert f"failed to load after the scan ({len(DECODE_STAGE) + 1}):" in report
+    assert "/data/gone.jpg: removed" in report
     console = train.console_text(limit=3, report=path)
     lines = console.splitlines()
     assert lines[0] == train.summary() and len(lines) == 5 and str(path) in lines[-1]
@@ -164,3 +174,33 @@ def test_list_file_with_latin1_name_keeps_the_image(tmp_path, isolated_cache):
     assert not result.excluded and len(result.samples) == 2
     assert result.samples[1].image.name == os.fsdecode(LATIN1_NAME)
     result.report_text().encode("utf-8")
+
+
+def test_a_long_list_is_checked_in_processes_with_the_same_result(tmp_path, isolated_cache, monkeypatch):
+    """The checks hold the GIL: a long list goes to a process per CPU (here any list of 4 or more); every
+    entry is the one threads in this process give, in the list's order."""
+    import turboyolo.data.scan as scan
+    from faults.hostile import write_hostile_images
+
+    make_dataset(tmp_path, count=12)
+    write_hostile_images(tmp_path / "images")
+    threads = scan_dataset(tmp_path / "images", "train", use_cache=False)
+    real = scan._check_one
+
+    def check_and_say_where(image, num_classes):
+        entry = real(image, num_classes)
+        entry.pid = os.getpid()  # travels back with the entry
+        return entry
+
+    monkeypatch.setattr(scan, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(scan, "PROCESS_MIN", 4)
+    monkeypatch.setattr(scan, "_check_one", check_and_say_where)  # the forked processes inherit it
+    images = sorted((tmp_path / "images").iterdir())
+    pids = {entry.pid for entry in scan._check_all(images, None, None)}
+    assert os.getpid() not in pids and len(pids) >= 1
+    processes = scan_dataset(tmp_path / "images", "train", use_cache=False)
+    assert processes.excluded == threads.excluded and processes.warnings == threads.warnings
+    for a, b in zip(threads.samples, processes.samples, strict=True):
+        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
+    monkeypatch.setattr(scan, "PROCESS_MIN", 10**9)
+    assert {entry.pid for entry in scan._check_all(images, None, None)} == {os.getpid()}

@@ -14,6 +14,7 @@ same cache at once end with one valid cache that both use (the second waits, the
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -33,7 +34,7 @@ import numpy as np
 
 from turboyolo.assets import cache_dir
 from turboyolo.data.decode import decode_image, probe_image, target_size
-from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset
+from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset, write_scan_report
 from turboyolo.errors import DataError, OutputError, printable, writable_folder
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.rundir import same_file
@@ -415,6 +416,12 @@ def run_prepare(data: str | Path, img_size: int, splits: Sequence[str] = ("train
         log(result.console_text())
         result.require_samples()
         cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
-        log(f"{split}: {len(cache)} images -> {cache.root}")
+        failed = cache.failed  # what only the build's strict decode found: named in the report too
+        if failed:
+            with contextlib.suppress(OSError):
+                write_scan_report(root, [result], load_failures=failed)
+        left_out = (f" ({len(failed)} failed to decode and are left out; see {printable(root / REPORT_NAME)})"
+                    if failed else "")
+        log(f"{split}: {len(cache) - len(failed)} images -> {cache.root}{left_out}")
         caches[split] = cache
     return caches

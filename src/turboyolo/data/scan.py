@@ -8,9 +8,12 @@ Rules (each excluded or fixed file is listed with its reason in the report):
   is excluded (dropping only the line would train its object as background); the lines are counted;
 - box corners up to 0.01 outside [0, 1]: clipped (fixed, by line);
 - duplicate boxes: removed (fixed);
-- unreadable, truncated, damaged (bad PNG CRC, garbage in a JPEG's image data), zero-byte or too large
-  (a decompression bomb) image: excluded (the checks of :func:`turboyolo.data.decode.probe_image`, the
-  same ones every decode runs). EXIF orientation is applied to sizes.
+- unreadable, truncated, damaged (bad PNG CRC, a JPEG segment libjpeg refuses: tables, frame, scan or
+  progressive parameters), zero-byte or too large (a decompression bomb) image: excluded (the header and
+  structure checks of :func:`turboyolo.data.decode.probe_image`, which every decode runs too; no pixel is
+  decoded here). Damage inside the image data under an intact structure is found by the first decode the
+  run makes of the file (the prepared cache's build, or the loader's first epoch), which replaces it,
+  counts it and names it in the run's report. EXIF orientation is applied to sizes.
 - a label file that Darknet's or PyTorch-YOLOv3's path rule would pick differently: warning;
 - a folder link not followed again (a link loop) or an unreadable folder: warning.
 
@@ -28,10 +31,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,6 +45,7 @@ import numpy as np
 from turboyolo.assets import cache_dir
 from turboyolo.data.autolabels import label_status, read_manifest
 from turboyolo.data.decode import probe_image
+from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import (
     label_path_disagreement,
@@ -245,6 +251,49 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
                   warning=warning)
 
 
+PROCESS_MIN = 2000  # fewer images to check than this: threads in this process (a start costs more)
+
+
+def _check_all(images: list[Path], num_classes: int | None, workers: int | None) -> list[_Entry]:
+    """:func:`_check_one` of every image, in order, on every core: the checks are mostly Python (they hold
+    the GIL), so a long list is cut into chunks checked by forked processes, each with a few threads that
+    overlap its file reads; a short one (or where processes cannot fork) uses threads here."""
+    cpus = usable_cpus()
+    threads = workers or min(32, cpus * 2)
+    context = _fork_context()
+    processes = min(cpus, threads)
+    if len(images) < PROCESS_MIN or processes < 2 or context is None:
+        return _check_chunk(images, num_classes, threads)
+    size = max(64, min(1024, -(-len(images) // (processes * 8))))
+    chunks = [images[i:i + size] for i in range(0, len(images), size)]
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_leave_ctrl_c_to_the_caller)
+    try:
+        done = pool.map(_check_chunk, chunks, [num_classes] * len(chunks),
+                        [_THREADS_PER_PROCESS] * len(chunks))
+        return [entry for chunk in done for entry in chunk]
+    except BaseException:  # Ctrl-C: the chunks not started are dropped, not checked first
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
+
+
+_THREADS_PER_PROCESS = 4  # enough to keep a disk busy while the others parse
+
+
+def _check_chunk(images: list[Path], num_classes: int | None, threads: int) -> list[_Entry]:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda image: _check_one(image, num_classes), images))
+
+
+def _leave_ctrl_c_to_the_caller() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _fork_context():
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def _cache_file(data_path: Path, split: str) -> Path:
     digest = hashlib.sha1(f"{data_path.resolve()}|{split}|{SCAN_VERSION}".encode(errors="surrogateescape")
                           ).hexdigest()[:16]
@@ -331,10 +380,8 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
             todo.append(image)
     from_cache = len(entries)
     if todo:
-        workers = workers or min(32, (os.cpu_count() or 1) * 2)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for image, entry in zip(todo, pool.map(lambda p: _check_one(p, num_classes), todo), strict=True):
-                entries[str(image)] = entry
+        for image, entry in zip(todo, _check_all(todo, num_classes, workers), strict=True):
+            entries[str(image)] = entry
         if cache_path:
             _save_cache(cache_path, entries)
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
@@ -443,7 +490,7 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
         data_path: a ``.data`` file, a ``data.yaml`` or an image folder.
         split: ``train`` or ``val``.
         names: class names overriding the data set's (required when it has none and labels exist).
-        workers: threads for the checks (default 2 x CPUs).
+        workers: threads for the checks (default 2 x CPUs; a long list is checked in a process per CPU).
         use_cache: reuse/update the scan cache keyed by path, size and mtime.
         report_path: where to write the full report (``result.report``); default: beside the scan
             cache, ``$TURBOYOLO_CACHE/scans/<data>-<split>-<hash>.txt``.

@@ -126,12 +126,14 @@ def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
         arr[:, 1:5] = np.stack([(corners[:, 0] + corners[:, 2]) / 2, (corners[:, 1] + corners[:, 3]) / 2,
                                 corners[:, 2] - corners[:, 0], corners[:, 3] - corners[:, 1]], axis=1)
     arr32 = arr.astype(np.float32)
-    _, first = np.unique(arr32, axis=0, return_index=True)
+    first: dict[tuple, int] = {}  # each distinct row -> where it first appears (np.unique's axis=0 is slow)
+    for index, row in enumerate(arr32.tolist()):
+        first.setdefault(tuple(row), index)
     if len(first) < len(arr32):
-        kept = set(first.tolist())
+        kept = set(first.values())
         dropped = [numbers[i] for i in range(len(arr32)) if i not in kept]
         fixes.append(f"{_lines(dropped)}: duplicate box removed")
-        arr32 = arr32[np.sort(first)]
+        arr32 = arr32[sorted(kept)]
     return LabelCheck(arr32, None, fixes)
 
 

@@ -170,7 +170,7 @@ def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, labe
                 arrays.append(load_image(image))
                 batch.append((image, path))
             except Exception as err:  # noqa: BLE001 - one bad file must not stop the run
-                rows.append(ReviewRow(image, path, f"unreadable: {err}"))
+                rows.append(ReviewRow(image, path, f"unreadable: {str(err).removeprefix(f'{image}: ')}"))
         for (image, path), array, prediction in zip(batch, arrays, predictor.run(arrays, args, classes)):
             write_yolo_labels(path, boxes_to_yolo_rows(prediction.boxes, prediction.classes,
                                                        prediction.width, prediction.height))
