@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from turboyolo.data.cache import human_bytes as _human
-from turboyolo.train.auto import ImageCosts, predict, supply
+from turboyolo.train.auto import ImageCosts, predict, rate_text, supply
 from turboyolo.train.facts import ASSUMED_MFU, GPU_RATES, assumed_step_s  # noqa: F401  (re-exported)
 
 DATA_WAIT_OK = 0.03  # below this share of step time the data pipeline is not the bottleneck
@@ -202,8 +202,8 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
     """The limiting stage and the verdict's sentence."""
     if f.wait < DATA_WAIT_OK:
         return "model step", (
-            f"model-step-bound: the training step ({t.step_source}) consumes {f.demand:,.0f} images/s "
-            f"and the loader ({t.workers} workers) supplies {f.supply:,.0f}, so the data pipeline "
+            f"model-step-bound: the training step ({t.step_source}) consumes {rate_text(f.demand)} images/s "
+            f"and the loader ({t.workers} workers) supplies {rate_text(f.supply)}, so the data pipeline "
             f"is not what limits training (data-wait {100 * f.wait:.0f}%).")
     parts = {"source": f.source, "augment": f.aug, "overhead": f.overhead}
     worst = max(parts, key=parts.get)
@@ -222,7 +222,7 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
     share = f"{1000 * parts[worst]:.1f} ms of the {1000 * f.cost:.1f} ms each image costs a loader core"
     return bottleneck, (
         f"{bottleneck}-bound: {what} ({share}), so {t.workers} worker(s) on {t.cores} cores "
-        f"supply {f.supply:,.0f} images/s against the {f.demand:,.0f} the training step consumes "
+        f"supply {rate_text(f.supply)} images/s against the {rate_text(f.demand)} the training step consumes "
         f"(data-wait {100 * f.wait:.0f}%).")
 
 
@@ -243,7 +243,7 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
     if needed != t.workers:
         suggest(f"--workers {needed}", f"{cost * 1000:.1f} ms per image per core: {needed} worker(s) "
                 f"{'cover' if needed * 1 / cost >= demand else 'are the most this machine has for'} "
-                f"the step's {demand:,.0f} images/s", workers=needed)
+                f"the step's {rate_text(demand)} images/s", workers=needed)
     if not t.cached:
         size = f" (or disk; {_human(t.cache_bytes)})" if t.cache_bytes else ""
         suggest(f"--cache ram{size}", f"decode once: {1000 * t.decode_s:.1f} ms -> "
@@ -283,8 +283,8 @@ def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor"
     mb = t.mini_batch
     lines = [f"# {title}", "", f"**Verdict:** {v.sentence}", "",
              f"Predicted data-wait {100 * v.data_wait:.1f}% of step time; "
-             f"expected {v.expected_images_per_s:,.0f} images/s "
-             f"(loader {v.supply_images_per_s:,.0f}, step {v.demand_images_per_s:,.0f}).", "",
+             f"expected {rate_text(v.expected_images_per_s)} images/s "
+             f"(loader {rate_text(v.supply_images_per_s)}, step {rate_text(v.demand_images_per_s)}).", "",
              "## Stages (median of repeats, after warm-up)", "",
              "| stage | per image | note |", "|---|---|---|",
              f"| read + decode (original files) | {1000 * t.decode_s:.2f} ms | CPU |",
@@ -300,16 +300,16 @@ def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor"
              f"of {mb} ({t.step_source}) |",
              f"| checkpoint save | {t.checkpoint_s:.2f} s blocking | {t.checkpoint_write_s:.2f} s to disk |",
              "", "Loader images/s by workers (measured, wall): "
-             + ", ".join(f"{w}: {r:,.0f}" for w, r in sorted(t.loader_images_per_s.items())),
+             + ", ".join(f"{w}: {rate_text(r)}" for w, r in sorted(t.loader_images_per_s.items())),
              "", "Loader images/s predicted (wall-clock, the loader alone): "
-             + "; ".join(f"{key} {rate:,.0f}" for key, rate in v.loader_predictions.items()),
+             + "; ".join(f"{key} {rate_text(rate)}" for key, rate in v.loader_predictions.items()),
              *(["", "## What `auto` would choose (turboyolo train's defaults)", "",
                 *[f"- {line}" for line in t.auto]] if t.auto else []),
              "", f"Predicted `--cache` gain on the loader: x{v.cache_factor:.2f} images/s at the same "
              "workers.", "", "## Settings to try", "",
              "| setting | expected images/s | data-wait | why |", "|---|---|---|---|"]
     for s in v.suggestions:
-        lines.append(f"| `{s.setting}` | {s.expected_images_per_s:,.0f} | {100 * s.data_wait:.0f}% "
+        lines.append(f"| `{s.setting}` | {rate_text(s.expected_images_per_s)} | {100 * s.data_wait:.0f}% "
                      f"| {s.why} |")
     if not v.suggestions:
         lines.append("| (none) | | | |")
