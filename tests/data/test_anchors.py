@@ -3,8 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from turboyolo.boxes import wh_iou
 from turboyolo.cli import main
-from turboyolo.data.anchors import anchor_fit, kmeans_anchors, letterbox_box_sizes, wh_iou
+from turboyolo.data.anchors import anchor_fit, kmeans_anchors, letterbox_box_sizes
 from turboyolo.errors import ConfigError
 
 
@@ -13,11 +14,28 @@ def test_wh_iou_matches_hand_values():
     np.testing.assert_allclose(iou, [[1.0, 0.25], [2 / 6, 4 / 16]])
 
 
+def test_best_centres_is_wh_iou_argmax_and_max():
+    from turboyolo.data.anchors import _best_centres
+
+    rng = np.random.default_rng(0)
+    boxes = np.round(rng.uniform(1, 50, (2000, 2)))  # whole pixels: ties between equal centres happen
+    centres = np.concatenate([np.round(rng.uniform(1, 50, (7, 2))), [[10, 10], [10, 10]]])
+    index, best = _best_centres((boxes[:, 0], boxes[:, 1], boxes.prod(1)), centres)
+    iou = wh_iou(boxes, centres)
+    np.testing.assert_array_equal(index, iou.argmax(1))
+    np.testing.assert_array_equal(best, iou.max(1))
+
+
 def test_letterbox_sizes_use_the_smaller_ratio():
     rows = np.array([[0, 0.5, 0.5, 0.5, 0.25]])
     # 200 x 100 (w x h) image into 400 x 400: ratio 2 (width-bound)
     sizes = letterbox_box_sizes([rows], [(100, 200)], (400, 400))
     np.testing.assert_allclose(sizes, [[200.0, 50.0]])
+    # images without boxes, and several per image: each box scaled by its own image's ratio
+    two = np.array([[0, 0.5, 0.5, 0.1, 0.2], [1, 0.5, 0.5, 0.3, 0.4]])
+    sizes = letterbox_box_sizes([np.zeros((0, 5)), rows, two], [(10, 10), (100, 200), (400, 100)], (400, 400))
+    np.testing.assert_allclose(sizes, [[200.0, 50.0], [10.0, 80.0], [30.0, 160.0]])
+    assert letterbox_box_sizes([np.zeros((0, 5))], [(5, 5)], (64, 64)).shape == (0, 2)
 
 
 def test_kmeans_recovers_clusters_and_beats_poor_anchors():

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from turboyolo.assets import cache_dir
-from turboyolo.boxes import wh_iou
 
 MIN_FIT_SIZE = 2.0  # boxes narrower or shorter than this (letterbox px) are left out of the fit
 FIT_BOXES = 50_000  # a fit (and the start's coverage check) sees at most this many boxes, sampled
@@ -94,17 +93,33 @@ def anchor_fit(boxes_wh: np.ndarray, anchors_wh, thresh: float = 0.5) -> AnchorF
     anchors = anchors[np.argsort(anchors.prod(1), kind="stable")]
     if len(boxes_wh) == 0:
         return AnchorFit(anchors, 0.0, 0.0, thresh)
-    iou = wh_iou(np.asarray(boxes_wh, np.float64), np.asarray(anchors, np.float64))
-    best = iou.max(1)
-    used = len(np.unique(iou.argmax(1)))
+    boxes_wh = np.asarray(boxes_wh, np.float64)
+    index, best = _best_centres((boxes_wh[:, 0], boxes_wh[:, 1], boxes_wh[:, 0] * boxes_wh[:, 1]), anchors)
+    used = len(np.unique(index))
     return AnchorFit(anchors, float(best.mean()), float((best >= thresh).mean()), thresh, used)
+
+
+def _best_centres(boxes: tuple[np.ndarray, np.ndarray, np.ndarray], centres) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each box's best centre, that IoU): ``wh_iou(boxes, centres)``'s ``argmax(1)`` and
+    ``max(1)``, the same numbers, one centre at a time over all boxes (fast for a handful of centres).
+    ``boxes``: (w, h, w * h) of every box."""
+    w, h, area = boxes
+    best, index = np.full(len(w), -np.inf), np.zeros(len(w), np.int64)
+    for k, (cw, ch) in enumerate(np.asarray(centres, np.float64)):
+        inter = np.minimum(w, cw) * np.minimum(h, ch)
+        iou = inter / np.clip(area + cw * ch - inter, 1e-12, None)
+        better = iou > best  # strictly: the first of equal centres wins, as argmax
+        index[better] = k
+        np.maximum(best, iou, out=best)
+    return index, best
 
 
 def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, iterations: int) -> np.ndarray:
     # k-means++ seeding with 1 - IoU as the distance, then Lloyd steps (mean of each cluster).
+    boxes = (boxes_wh[:, 0].copy(), boxes_wh[:, 1].copy(), boxes_wh[:, 0] * boxes_wh[:, 1])
     centres = [boxes_wh[rng.integers(len(boxes_wh))]]
     for _ in range(1, num):
-        distance = 1 - wh_iou(boxes_wh, np.array(centres, np.float64)).max(1)
+        distance = 1 - _best_centres(boxes, centres)[1]
         weights = distance**2
         total = weights.sum()
         pick = rng.choice(len(boxes_wh), p=weights / total) if total > 0 else rng.integers(len(boxes_wh))
@@ -112,8 +127,7 @@ def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, itera
     centres = np.array(centres, np.float64)
     assignment = None
     for _ in range(iterations):
-        iou = wh_iou(boxes_wh, centres)
-        new_assignment = iou.argmax(1)
+        new_assignment, best = _best_centres(boxes, centres)
         if assignment is not None and np.array_equal(new_assignment, assignment):
             break
         assignment = new_assignment
@@ -122,7 +136,7 @@ def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, itera
             if len(members):
                 centres[k] = members.mean(0)
             else:  # an empty cluster takes the box its anchor covers worst
-                centres[k] = boxes_wh[iou.max(1).argmin()]
+                centres[k] = boxes_wh[best.argmin()]
     return centres
 
 
