@@ -147,7 +147,7 @@ def test_scan_cache_is_plain_arrays_and_a_planted_pickle_runs_nothing(tmp_path, 
     assert scan_dataset(data, "train").cached == 0  # not trusted: checked again
 
 
-def test_a_cached_entry_with_a_wrong_field_is_checked_again(tmp_path, isolated_cache):
+def test_a_cache_with_a_wrong_field_is_checked_again(tmp_path, isolated_cache):
     import json
 
     from turboyolo.data.scan import _cache_file
@@ -163,7 +163,8 @@ def test_a_cached_entry_with_a_wrong_field_is_checked_again(tmp_path, isolated_c
     arrays["fields"] = np.frombuffer(json.dumps(fields).encode(), np.uint8)
     np.savez(cache.with_name("x.npz"), **arrays)
     cache.with_name("x.npz").replace(cache)
-    assert scan_dataset(data, "train").cached == 2
+    assert scan_dataset(data, "train").cached == 0  # a file not as the scan writes it: not trusted
+    assert scan_dataset(data, "train").cached == 3  # rewritten by that scan
 
 
 def test_write_scan_report_and_console_text(tmp_path, isolated_cache):

@@ -26,6 +26,8 @@ Every scan writes its report (every excluded, fixed and warned file with its rea
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import os
 import threading
@@ -251,30 +253,53 @@ def _cache_file(data_path: Path, split: str) -> Path:
     return cache_dir() / "scans" / f"{data_path.stem}-{split}-{digest}.npz"
 
 
-def _check_entry(entry: _Entry) -> None:
-    """Raise ``ValueError`` when a cached entry's fields are not what a check makes (it is re-checked)."""
-    if entry.status not in ("ok", "excluded") or (entry.status == "ok" and (entry.labels is None
-                                                                           or entry.hw is None)):
-        raise ValueError("inconsistent entry")
-    if not isinstance(entry.reason, str) or not isinstance(entry.bad_lines, int):
-        raise ValueError("reason, bad_lines")
-    if not isinstance(entry.fixes, list) or not all(isinstance(f, str) for f in entry.fixes):
+def _check_entries(columns: dict[str, list]) -> None:
+    """Raise ``ValueError`` when cached fields (``{field: [value per entry]}``, a field of default values
+    may be absent) are not what :func:`_check_one` makes: the scan then checks the files again."""
+    count = len(columns["key"])
+    status = columns["status"]
+    if not set(status) <= {"ok", "excluded"}:
+        raise ValueError("status")
+    if any(s == "ok" and (labels is None or hw is None)
+           for s, labels, hw in zip(status, columns["labels"], columns["hw"])):
+        raise ValueError("an ok entry without labels or size")
+    for name, kind in (("reason", str), ("bad_lines", int)):
+        if not all(type(value) is kind for value in columns.get(name, ())):
+            raise ValueError(name)
+    fixes = columns.get("fixes", ())
+    if not all(type(item) is list and all(type(f) is str for f in item) for item in fixes):
         raise ValueError("fixes")
-    if entry.warning is not None and not isinstance(entry.warning, str):
+    if not all(w is None or type(w) is str for w in columns.get("warning", ())):
         raise ValueError("warning")
+    if any(len(values) != count for values in columns.values()):
+        raise ValueError("column length")
 
 
 def _load_cache(path: Path) -> dict[str, _Entry]:
     """The cached entries by image path; {} for a missing, foreign or broken file (only a slower scan).
     Plain arrays and JSON (:mod:`turboyolo.data.scan_cache`): whatever the file holds, reading it runs
     no code."""
-    return load_entries(path, _Entry, SCAN_VERSION, _check_entry)
+    return load_entries(path, _Entry, SCAN_VERSION, _check_entries)
 
 
 def _save_cache(path: Path, entries: dict[str, _Entry]) -> None:
     save_entries(path, entries, SCAN_VERSION)
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off inside (restored after): building an index of a million
+    small objects that form no cycles otherwise triggers full collections that walk them all again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@collector_paused()
 def scan_images(images: list[Path], names: list[str] | None, *, workers: int | None = None,
                 cache_path: Path | None = None, split: str = "", source: str = "",
                 notes: Sequence[str] = ()) -> ScanResult:
@@ -423,6 +448,7 @@ def _own_split_only(images: list[Path], config, split: str, notes: list[str]) ->
     return kept
 
 
+@collector_paused()
 def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = None, *,
                  workers: int | None = None, use_cache: bool = True, report_path: str | Path | None = None,
                  ) -> ScanResult:

@@ -63,8 +63,9 @@ def save_entries(path: Path, entries: dict[str, object], version: int) -> None:
         if spec.name in _COLUMNS:
             continue
         values = [getattr(entry, spec.name) for entry in items]
-        if spec.default is dataclasses.MISSING or any(v != spec.default for v in values):
-            fields[spec.name] = values  # default_factory fields ([]) compare unequal to MISSING: kept
+        default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
+        if default is dataclasses.MISSING or any(v != default for v in values):
+            fields[spec.name] = values
     arrays = {
         "meta": _join([json.dumps({"format": FORMAT, "version": version, "count": len(items)})]),
         "images": _join([str(key[0]) for key in keys]),
@@ -90,8 +91,9 @@ def save_entries(path: Path, entries: dict[str, object], version: int) -> None:
 def load_entries(path: Path, entry_type: type, version: int, check) -> dict[str, object]:
     """The cached entries by image path; {} for a missing, foreign, older or broken file.
 
-    ``check(entry)`` validates one rebuilt entry and raises ``ValueError`` or ``TypeError`` when a field
-    is wrong; such an entry is left out (its files are checked again)."""
+    ``check(columns)`` validates the rebuilt fields, ``{field name: [value per entry]}`` (a field whose
+    values are all its default may be absent), and raises ``ValueError`` or ``TypeError`` when one is
+    not what a check makes: then no entry is used (the files are checked again)."""
     try:
         with np.load(path, allow_pickle=False) as stored:
             arrays = {name: stored[name] for name in stored.files}
@@ -118,23 +120,15 @@ def _entries(arrays: dict[str, np.ndarray], entry_type: type, version: int, chec
     names = {f.name for f in dataclasses.fields(entry_type)} - set(_COLUMNS)
     if not isinstance(fields, dict) or not set(fields) <= names:
         raise ValueError("fields of another entry type")
-    columns = [(name, values) for name, values in fields.items()]
-    if any(not isinstance(values, list) or len(values) != count for _, values in columns):
+    if any(not isinstance(values, list) or len(values) != count for values in fields.values()):
         raise ValueError("field column length")
-    stat_rows, classes, hw_rows = stats.tolist(), num_classes.tolist(), hw.tolist()
-    starts, flags = offsets.tolist(), has_boxes.tolist()
-    entries = {}
-    for i, image in enumerate(images):
-        s = stat_rows[i]
-        key = [image, None if s[0] < 0 else [s[0], s[1]], label_files[i], None if s[2] < 0 else [s[2], s[3]],
-               None if classes[i] < 0 else classes[i]]
-        labels = boxes[starts[i]:starts[i + 1]] if flags[i] else None
-        size = hw_rows[i]
-        try:
-            entry = entry_type(key=key, labels=labels, hw=None if size[0] < 0 else (size[0], size[1]),
-                               **{name: column[i] for name, column in columns})
-            check(entry)
-        except (ValueError, TypeError):
-            continue  # its files are checked again
-        entries[image] = entry
-    return entries
+    keys = [[image, None if a < 0 else [a, b], label, None if c < 0 else [c, d], None if k < 0 else k]
+            for image, label, (a, b, c, d), k in zip(images, label_files, stats.tolist(),
+                                                     num_classes.tolist())]
+    starts = offsets.tolist()
+    labels = [boxes[s:e] if f else None for s, e, f in zip(starts, starts[1:], has_boxes.tolist())]
+    columns = {"key": keys, "labels": labels, "hw": [None if h < 0 else (h, w) for h, w in hw.tolist()],
+               **fields}
+    check(columns)
+    rows = zip(*columns.values())
+    return {image: entry_type(**dict(zip(columns, values))) for image, values in zip(images, rows)}
