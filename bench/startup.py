@@ -92,10 +92,14 @@ stamp(f"ended without a step (exit {code})")
 
 
 def clear_caches(data: str | Path, cache: Path) -> None:
-    """The scan cache and report files of ``data`` and every fitted-anchor cache entry."""
-    stem = Path(data).stem
-    for path in (cache / "scans").glob(f"{stem}-*"):
-        path.unlink(missing_ok=True)
+    """The scan cache and report files of ``data``'s two splits and every fitted-anchor cache entry."""
+    from turboyolo.data.scan import _cache_file
+
+    os.environ["TURBOYOLO_CACHE"] = str(cache)
+    for split in ("train", "val"):
+        scan = _cache_file(Path(data), split)
+        for path in (scan, scan.with_suffix(".txt")):
+            path.unlink(missing_ok=True)
     shutil.rmtree(cache / "anchors", ignore_errors=True)
 
 
