@@ -209,3 +209,25 @@ def test_list_file_with_latin1_name_keeps_the_image(tmp_path, isolated_cache):
     assert not result.excluded and len(result.samples) == 2
     assert result.samples[1].image.name == os.fsdecode(LATIN1_NAME)
     result.report_text().encode("utf-8")
+
+
+def test_the_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path, isolated_cache):
+    import gc
+
+    from turboyolo.data.scan import collector_paused
+
+    make_dataset(tmp_path, count=3)
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            scan_dataset(tmp_path / "images", "train")  # cold, then from the cache
+            assert gc.isenabled() is enabled
+            try:
+                with collector_paused():
+                    assert not gc.isenabled()
+                    raise KeyError("x")
+            except KeyError:
+                pass
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()

@@ -289,7 +289,8 @@ def _save_cache(path: Path, entries: dict[str, _Entry]) -> None:
 @contextlib.contextmanager
 def collector_paused():
     """Python's cyclic garbage collector off inside (restored after): building an index of a million
-    small objects that form no cycles otherwise triggers full collections that walk them all again."""
+    small objects that form no cycles otherwise triggers full collections that walk them all again.
+    Never around the checks (decoders may leave cycles to collect)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -299,7 +300,6 @@ def collector_paused():
             gc.enable()
 
 
-@collector_paused()
 def scan_images(images: list[Path], names: list[str] | None, *, workers: int | None = None,
                 cache_path: Path | None = None, split: str = "", source: str = "",
                 notes: Sequence[str] = ()) -> ScanResult:
@@ -309,6 +309,13 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
     entries, from_cache = _entries_for(images, texts, num_classes, cache_path, workers)
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
                         source=source, warnings=list(notes))
+    with collector_paused():
+        _collect(result, images, texts, entries)
+    return result
+
+
+def _collect(result: ScanResult, images: list[Path], texts: list[str], entries: dict[str, _Entry]) -> None:
+    """Fill ``result`` from the entries in list order: samples, exclusions, fixes, warnings, counts."""
     seen: set[str] = set()
     label_owner: dict[str, Path] = {}
     label_files: list[tuple[str, bool]] = []  # per sample: its label file, and whether it exists
@@ -337,7 +344,6 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
         result.samples.append(Sample(image, entry.labels, entry.hw))
         label_files.append((str(entry.key[2]), entry.key[3] is not None))
     count_label_statuses(result, label_files)
-    return result
 
 
 def _entries_for(images: list[Path], texts: list[str], num_classes: int | None, cache_path: Path | None,
@@ -345,15 +351,16 @@ def _entries_for(images: list[Path], texts: list[str], num_classes: int | None, 
     """Each image's entry: the cached one where its key (paths, sizes, mtimes, class count) still holds,
     else a fresh check (:func:`_check_one`, in threads); the cache rewritten when anything was checked.
     Returns (entries by image path, how many came from the cache)."""
-    cached = _load_cache(cache_path) if cache_path else {}
-    entries: dict[str, _Entry] = {}
-    todo = [] if cached else list(images)
-    for image, text, label in zip(images, texts, label_paths_for(texts)) if cached else ():
-        old = cached.get(text)
-        if old is not None and old.key == _entry_key(text, label, num_classes):
-            entries[text] = old
-        else:
-            todo.append(image)
+    with collector_paused():
+        cached = _load_cache(cache_path) if cache_path else {}
+        entries: dict[str, _Entry] = {}
+        todo = [] if cached else list(images)
+        for image, text, label in zip(images, texts, label_paths_for(texts)) if cached else ():
+            old = cached.get(text)
+            if old is not None and old.key == _entry_key(text, label, num_classes):
+                entries[text] = old
+            else:
+                todo.append(image)
     from_cache = len(entries)
     if todo:
         workers = workers or min(32, (os.cpu_count() or 1) * 2)
@@ -361,7 +368,8 @@ def _entries_for(images: list[Path], texts: list[str], num_classes: int | None, 
             for image, entry in zip(todo, pool.map(lambda p: _check_one(p, num_classes), todo), strict=True):
                 entries[str(image)] = entry
         if cache_path:
-            _save_cache(cache_path, entries)
+            with collector_paused():
+                _save_cache(cache_path, entries)
     return entries, from_cache
 
 
@@ -448,7 +456,6 @@ def _own_split_only(images: list[Path], config, split: str, notes: list[str]) ->
     return kept
 
 
-@collector_paused()
 def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = None, *,
                  workers: int | None = None, use_cache: bool = True, report_path: str | Path | None = None,
                  ) -> ScanResult:
@@ -474,8 +481,9 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     names = names if names is not None else config.names
     images: list[Path] = []
     notes: list[str] = []
-    for source in config.split(split):
-        images += list_images(source, notes)
+    with collector_paused():  # a Path per listed image
+        for source in config.split(split):
+            images += list_images(source, notes)
     images = _own_split_only(images, config, split, notes)
     if not images:
         raise DataError(f"{data_path}: the {split} split lists no images; check its {split} entry")
