@@ -203,3 +203,15 @@ def test_the_start_checks_and_fits_at_most_a_sample_of_a_large_set(tmp_path, iso
                   say=lines.append, fit_boxes=50)
     assert " on a random 50 of the " in lines[0] and "fitted to the boxes" in lines[-1]
     assert seen and max(seen) <= 50
+
+
+def test_anchors_command_fits_a_sample_and_scores_every_box(boxes_dataset, capsys):
+    data = str(boxes_dataset / "images")
+    assert main(["anchors", "--data", data, "--num", "3", "--fit-boxes", "4"]) == 0
+    text = capsys.readouterr().out
+    boxes = int(text.splitlines()[1].split()[0])
+    assert f"k-means on a random 4 of the {boxes} boxes (--fit-boxes)" in text and boxes > 4
+    assert main(["anchors", "--data", data, "--num", "3", "--fit-boxes", "0"]) == 0
+    assert "k-means on a random" not in capsys.readouterr().out  # 0: every box
+    assert main(["anchors", "--data", data, "--fit-boxes", "-1"]) == 1
+    assert "--fit-boxes must be >= 0" in capsys.readouterr().err

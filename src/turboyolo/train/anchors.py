@@ -46,6 +46,7 @@ class AnchorReport:
     current: AnchorFit | None = None
     current_name: str = ""  # the cfg's file name, or "yolov3 COCO" / "yolov3-tiny COCO"
     written: Path | None = None  # the rewritten cfg (``output``)
+    fit_boxes: int | None = None  # the fit saw at most this many of the boxes, sampled (None: all)
 
     def summary(self) -> str:
         """The box sizes, a table (mean IoU, recall, used) and the anchors in Darknet's format."""
@@ -56,6 +57,9 @@ class AnchorReport:
             f"{w.min():.0f}-{w.max():.0f} px (median {np.median(w):.0f}), "
             f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f})"
         ]
+        if self.fit_boxes and len(self.boxes_wh) > self.fit_boxes:
+            lines.append(f"k-means on a random {self.fit_boxes} of the {len(self.boxes_wh)} boxes "
+                         "(--fit-boxes); every figure below is on all of them")
         rows = [("fitted (k-means, 1 - IoU)", self.fitted)]
         if self.current is not None:
             rows.insert(0, (f"current ({self.current_name})", self.current))
@@ -155,7 +159,7 @@ def run_anchors(request: AnchorsRequest, log: Callable[[str], object] = lambda _
                                           sample=args.fit_boxes or None)
     except ValueError as err:
         raise DataError(f"{data}: {err}; lower --num") from None
-    report = AnchorReport(boxes, size, fitted)
+    report = AnchorReport(boxes, size, fitted, fit_boxes=args.fit_boxes or None)
     if current is not None:
         report.current, report.current_name = anchor_fit(boxes, current, thresh), current_name
     if output:
