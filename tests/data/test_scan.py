@@ -99,29 +99,74 @@ def test_loader_survives_files_breaking_after_scan(tmp_path, isolated_cache):
     assert loader.replaced_summary() is not None
 
 
-def test_scan_cache_is_json_and_a_planted_pickle_runs_nothing(tmp_path, isolated_cache):
+def test_scan_cache_is_plain_arrays_and_a_planted_pickle_runs_nothing(tmp_path, isolated_cache):
+    import io
+    import zipfile
+
+    from faults.hostile import Planted, planted_pickle
+    from turboyolo.data.scan import _cache_file
+
+    make_dataset(tmp_path, count=3)
+    (tmp_path / "labels" / "img002.txt").unlink()  # a background image: no label file
+    data = tmp_path / "images"
+    first = scan_dataset(data, "train")
+    cache = _cache_file(data, "train")
+    with np.load(cache, allow_pickle=False) as stored:  # plain arrays, no object one
+        assert int(stored["box_offsets"][-1]) == len(stored["boxes"]) == first.num_boxes
+        assert stored["stats"].shape == (3, 4) and stored["stats"][2, 2] == -1
+    again = scan_dataset(data, "train")
+    assert again.cached == 3 and again.summary() == first.summary() + " (3 from cache)"
+    for a, b in zip(first.samples, again.samples, strict=True):
+        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
+        assert a.labels.dtype == b.labels.dtype == np.float32 and b.labels.shape[1:] == (5,)
+
+    marker = tmp_path / "marker"
+    planted_pickle(cache, marker)  # a pickle where the arrays were
+    planted_pickle(cache.with_suffix(".pkl"), marker)  # and where the old pickle cache lived
+    planted_pickle(cache.with_suffix(".json"), marker)  # and the JSON cache (SCAN_VERSION 2-4)
+    third = scan_dataset(data, "train")
+    assert not marker.exists() and third.cached == 0 and len(third.samples) == 3
+
+    buffer = io.BytesIO()  # an .npz whose member is an object array: a pickle inside a .npy
+    np.save(buffer, np.array([Planted(marker)], dtype=object), allow_pickle=True)
+    scan_dataset(data, "train")
+    with zipfile.ZipFile(cache) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["boxes.npy"] = buffer.getvalue()
+    with zipfile.ZipFile(cache, "w") as archive:
+        for name, raw in members.items():
+            archive.writestr(name, raw)
+    assert scan_dataset(data, "train").cached == 0 and not marker.exists()
+
+    good = cache.read_bytes()
+    cache.write_bytes(good[: len(good) // 2])  # truncated
+    assert scan_dataset(data, "train").cached == 0
+    with np.load(cache, allow_pickle=False) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    arrays["box_offsets"] = arrays["box_offsets"][::-1].copy()  # columns that disagree
+    np.savez(cache.with_name("x.npz"), **arrays)
+    cache.with_name("x.npz").replace(cache)
+    assert scan_dataset(data, "train").cached == 0  # not trusted: checked again
+
+
+def test_a_cache_with_a_wrong_field_is_checked_again(tmp_path, isolated_cache):
     import json
 
-    from faults.hostile import planted_pickle
     from turboyolo.data.scan import _cache_file
 
     make_dataset(tmp_path, count=3)
     data = tmp_path / "images"
-    first = scan_dataset(data, "train")
+    scan_dataset(data, "train")
     cache = _cache_file(data, "train")
-    document = json.loads(cache.read_text())  # plain data
-    assert document["format"] == "turboyolo-scan-cache" and len(document["entries"]) == 3
-    again = scan_dataset(data, "train")
-    assert again.cached == 3
-    for a, b in zip(first.samples, again.samples, strict=True):
-        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
-    marker = tmp_path / "marker"
-    planted_pickle(cache, marker)  # a pickle where the JSON was
-    planted_pickle(cache.with_suffix(".pkl"), marker)  # and where the old pickle cache lived
-    third = scan_dataset(data, "train")
-    assert not marker.exists() and third.cached == 0 and len(third.samples) == 3
-    cache.write_text('{"format": "turboyolo-scan-cache", "version": 2, "entries": {"x": {"key": 1}}}')
-    assert scan_dataset(data, "train").cached == 0  # a malformed entry is re-checked, not trusted
+    with np.load(cache, allow_pickle=False) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    fields = json.loads(arrays["fields"].tobytes())
+    fields["status"][1] = "maybe"
+    arrays["fields"] = np.frombuffer(json.dumps(fields).encode(), np.uint8)
+    np.savez(cache.with_name("x.npz"), **arrays)
+    cache.with_name("x.npz").replace(cache)
+    assert scan_dataset(data, "train").cached == 0  # a file not as the scan writes it: not trusted
+    assert scan_dataset(data, "train").cached == 3  # rewritten by that scan
 
 
 def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
@@ -204,3 +249,25 @@ def test_a_long_list_is_checked_in_processes_with_the_same_result(tmp_path, isol
         assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
     monkeypatch.setattr(scan, "PROCESS_MIN", 10**9)
     assert {entry.pid for entry in scan._check_all(images, None, None)} == {os.getpid()}
+
+
+def test_the_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path, isolated_cache):
+    import gc
+
+    from turboyolo.data.scan import collector_paused
+
+    make_dataset(tmp_path, count=3)
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            scan_dataset(tmp_path / "images", "train")  # cold, then from the cache
+            assert gc.isenabled() is enabled
+            try:
+                with collector_paused():
+                    assert not gc.isenabled()
+                    raise KeyError("x")
+            except KeyError:
+                pass
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()

@@ -69,11 +69,17 @@ def _planned_hw(sample: Sample, size: int) -> tuple[int, int]:
 
 
 def estimate_bytes(samples: Sequence[Sample], size: int) -> int:
-    """Bytes the cache of ``samples`` at ``size`` will take (exact when the samples carry ``hw``)."""
-    total = 0
+    """Bytes the cache of ``samples`` at ``size`` will take (exact when the samples carry ``hw``: then
+    computed for all of them at once, :func:`~turboyolo.data.decode.target_size`'s arithmetic)."""
+    known = np.array([s.hw for s in samples if s.hw is not None], np.float64).reshape(-1, 2)
+    scale = size / known.max(1) if len(known) else known[:, 0]
+    width = np.maximum(1, np.round(known[:, 1] * scale))  # round half to even, as Python's round()
+    height = np.maximum(1, np.round(known[:, 0] * scale))
+    total = int((width * height).sum()) * 3
     for sample in samples:
-        h, w = _planned_hw(sample, size)
-        total += h * w * 3
+        if sample.hw is None:
+            h, w = _planned_hw(sample, size)
+            total += h * w * 3
     return total
 
 

@@ -116,6 +116,12 @@ class Decision:
         return f"--{self.name.replace('_', '-')} {self.value}"
 
 
+def rate_text(rate: float) -> str:
+    """A rate for the console: whole numbers from 10 up (``1,234``), two significant digits below
+    (``0.42``, ``3.1``), so a slow CPU step never reads as 0 images/s."""
+    return f"{rate:,.0f}" if rate >= 10 or rate == 0 else f"{rate:.2g}"
+
+
 @dataclass(frozen=True)
 class PipelineChoice:
     """The pipeline settings of a run and what they are predicted to give."""
@@ -136,7 +142,7 @@ class PipelineChoice:
         out = [f"{d.flag} ({d.source}): {d.reason}" for d in self.decisions]
         out += list(self.warnings)
         out.append(f"input pipeline: predicted data-wait {100 * self.data_wait:.0f}%, "
-                   f"{self.images_per_s:,.0f} images/s")
+                   f"{rate_text(self.images_per_s)} images/s")
         return out
 
     def as_dict(self) -> dict:

@@ -43,17 +43,24 @@ class RunData:
         return {str(sample.image): sample.labels for sample in self.val_scan.samples}
 
 
+def scan_splits(config: TrainConfig) -> tuple[ScanResult, ScanResult]:
+    """Both splits of ``config.data`` scanned (val with the training split's names), ``--unreviewed``
+    applied to the training split: what a run's start scans, once."""
+    train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
+    return train_scan, scan_dataset(config.data, "val", train_scan.names)
+
+
 def build_loaders(resolved: ResolvedRun, mini_batch: int, rank: int = 0, world_size: int = 1,
-                  log: Callable[[str], None] = print, report: Path | None = None) -> RunData:
-    """Scan, (optionally) cache and wrap both splits as ``resolved`` says; ``mini_batch`` images per
-    training batch.
+                  log: Callable[[str], None] = print, report: Path | None = None,
+                  scans: tuple[ScanResult, ScanResult] | None = None) -> RunData:
+    """Scan (unless ``scans`` gives :func:`scan_splits`' result), (optionally) cache and wrap both splits
+    as ``resolved`` says; ``mini_batch`` images per training batch.
 
     The scan summaries (and the first excluded files) are logged; ``report`` is where the full list goes.
     """
     config = resolved.config
     img_size, val_size = resolved.img_size, resolved.val_img_size
-    train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
-    val_scan = scan_dataset(config.data, "val", train_scan.names)
+    train_scan, val_scan = scans or scan_splits(config)
     for scan in (train_scan, val_scan):
         log(scan.console_text(report=report))
     for scan in (train_scan, val_scan):

@@ -14,6 +14,7 @@ import torch
 import yaml
 from torch.nn.parallel import DistributedDataParallel
 
+from turboyolo.data.scan import ScanResult
 from turboyolo.devices import amp_dtype_for, channels_last_for, resolve_device
 from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import (
@@ -45,7 +46,7 @@ from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig, refuse_
 from turboyolo.train.darknet_step import DarknetStep, momentum_from_darknet, overwritten_deltas, unsupported
 from turboyolo.train.engine import TrainState
 from turboyolo.train.facts import auto_pipeline, step_memory
-from turboyolo.train.loaders import RunData, build_loaders
+from turboyolo.train.loaders import RunData, build_loaders, scan_splits
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
 from turboyolo.train.plan import Plan, describe, legacy_plan, make_plan, refit
@@ -67,6 +68,14 @@ class Run:
     resume_state: dict | None = None
     made_here: bool = False  # this call created run_dir (so a failed start may remove it)
     batches_per_epoch: int = 0  # training mini-batches per epoch on this rank (known once the data is)
+    scans: tuple[ScanResult, ScanResult] | None = None  # both splits, scanned once per start
+
+    def data_scans(self) -> tuple[ScanResult, ScanResult]:
+        """The (train, val) scans of the run's data: scanned on the first call, then the same ones
+        (the pipeline measurement and the loaders share them)."""
+        if self.scans is None:
+            self.scans = scan_splits(self.config)
+        return self.scans
 
     @property
     def config(self) -> TrainConfig:
@@ -178,7 +187,8 @@ def choose_input_pipeline(run: Run) -> None:
     choice = None
     if run.env.is_main:
         choice = auto_pipeline(requested, run.config.data, run.spec, resolved.augment, resolved.mini_batch,
-                               run.device, run.env.world_size, resolved.multiscale, log=run.say)
+                               run.device, run.env.world_size, resolved.multiscale, log=run.say,
+                               scans=run.data_scans())
     choice = distributed.broadcast_object(choice)
     for line in choice.lines():
         run.say(line)
@@ -234,7 +244,7 @@ def load_data(run: Run, mini_batch: int) -> RunData:
 
     def build() -> RunData:
         return build_loaders(run.resolved, mini_batch, env.rank, env.world_size, log=run.say,
-                             report=run.run_dir / "scan_report.txt")
+                             report=run.run_dir / "scan_report.txt", scans=run.data_scans())
 
     ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
     return distributed.once_per_node(env, ready, build) or build()

@@ -1,0 +1,165 @@
+"""Time from the command to the first optimizer step of ``turboyolo train``, cold and warm.
+
+The command runs in a child Python with a global optimizer step hook: at the end of the first
+``optimizer.step()`` it records the wall seconds since the command started and the CPU seconds of its
+whole process tree (itself, its live loader workers and the reaped ones), then ends the run. Each line
+the run prints is stamped with the same two clocks, so the phases of the start show (scan, anchors,
+pipeline measurement, model, first batch).
+
+"Cold" deletes the data set's scan cache and the fitted-anchor cache in ``$TURBOYOLO_CACHE`` first
+(the OS page cache is left alone); "warm" is the run after it. On a shared machine read the CPU
+seconds: wall times grow with other jobs' load.
+
+Usage::
+
+    PYTHONPATH=src .venv/bin/python bench/startup.py --data /work/scale/s10k/scale.data \
+        --cfg /work/scale/tiny80.cfg [--runs cold,warm] [--json out.json] [-- extra train flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r"""
+import json, os, resource, sys, time
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+def tree_cpu():
+    me, ticks = os.getpid(), os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / ticks
+    def inside(pid):
+        while pid in parents and pid != me:
+            pid = parents[pid]
+        return pid == me
+    live = sum(c for pid, c in cpu.items() if pid != me and inside(pid))
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime + live
+
+T0 = float(os.environ["STARTUP_T0"])
+
+def stamp(text):
+    sys.__stdout__.write(json.dumps({"wall": time.time() - T0, "cpu": tree_cpu(), "line": text}) + "\n")
+    sys.__stdout__.flush()
+
+class Stamped:
+    def __init__(self):
+        self.buffer = ""
+    def write(self, text):
+        self.buffer += text
+        while "\n" in self.buffer:
+            line, self.buffer = self.buffer.split("\n", 1)
+            stamp(line)
+        return len(text)
+    def flush(self):
+        pass
+    def isatty(self):
+        return False
+
+def first_step(optimizer, args, kwargs):
+    sys.__stdout__.write(json.dumps({"first_step": True, "wall": time.time() - T0, "cpu": tree_cpu(),
+                                     "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                         + "\n")
+    sys.__stdout__.flush()
+    os._exit(0)
+
+register_optimizer_step_post_hook(first_step)
+sys.stdout = Stamped()
+stamp("python and torch imported")
+from turboyolo.cli import main
+sys.argv = ["turboyolo", *json.loads(os.environ["STARTUP_ARGS"])]
+code = main(sys.argv[1:])
+stamp(f"ended without a step (exit {code})")
+"""
+
+
+def clear_caches(data: str | Path, cache: Path) -> None:
+    """The scan cache and report files of ``data``'s two splits and every fitted-anchor cache entry."""
+    from turboyolo.data.scan import _cache_file
+
+    os.environ["TURBOYOLO_CACHE"] = str(cache)
+    for split in ("train", "val"):
+        scan = _cache_file(Path(data), split)
+        for path in (scan, scan.with_suffix(".txt")):
+            path.unlink(missing_ok=True)
+    shutil.rmtree(cache / "anchors", ignore_errors=True)
+
+
+def time_to_first_step(args: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> dict:
+    """Run ``turboyolo ARGS`` until its first optimizer step; the result: ``wall``, ``cpu`` (process
+    tree), ``maxrss_mb`` at that step and ``lines`` (each printed line with its wall and CPU stamps)."""
+    env = dict(os.environ if env is None else env)
+    env["STARTUP_T0"] = repr(time.time())
+    env["STARTUP_ARGS"] = json.dumps(args)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    result: dict = {"lines": []}
+    try:
+        deadline = time.time() + timeout
+        for raw in proc.stdout:
+            item = json.loads(raw)
+            if item.get("first_step"):
+                result.update(wall=item["wall"], cpu=item["cpu"], maxrss_mb=item["maxrss_mb"])
+            else:
+                result["lines"].append(item)
+            if time.time() > deadline:
+                break
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session: its loader workers too
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--cfg", required=True)
+    parser.add_argument("--runs", default="cold,warm", help="comma-separated: cold, warm")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--quiet", action="store_true", help="only the summary, not every stamped line")
+    args, extra = parser.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    cache = Path(os.environ.get("TURBOYOLO_CACHE") or Path.home() / ".cache" / "turboyolo")
+    results = {}
+    with tempfile.TemporaryDirectory() as project:
+        for run in args.runs.split(","):
+            if run == "cold":
+                clear_caches(args.data, cache)
+            train = ["train", "--cfg", args.cfg, "--data", args.data, "--img-size", "320", "--batch", "8",
+                     "--subdivisions", "1", "--max-batches", "2", "--epochs", "1", "--evaluation-interval",
+                     "0", "--project", project, "--name", run, *extra]
+            result = time_to_first_step(train)
+            results[run] = result
+            if not args.quiet:
+                for item in result["lines"]:
+                    print(f"{item['wall']:8.1f} s {item['cpu']:8.1f} cpu  {item['line'][:150]}")
+            print(f"{run}: first step at {result.get('wall', float('nan')):.1f} s wall, "
+                  f"{result.get('cpu', float('nan')):.1f} CPU s, max RSS {result.get('maxrss_mb', 0):.0f} MB")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
