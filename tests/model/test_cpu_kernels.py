@@ -151,8 +151,10 @@ def test_the_strided_max_pool_is_max_pool2d_nan_included(height, width, padding)
 
 
 def test_tuning_leaves_darknet_arithmetic_and_other_pools_alone():
+    from turboyolo.exact.modules import DarknetConv2d
+
     model = Darknet(make_spec("yolov3-tiny", num_classes=2, width=64, height=64)).inference_copy()
-    model.layers[0].darknet_arithmetic = True
+    model.layers[0].conv = DarknetConv2d.replacing(model.layers[0].conv)
     tune_for_cpu(model)
     assert isinstance(model.layers[0], ConvBlock)
     assert isinstance(model.layers[11], DarknetMaxPool) and model.layers[11].stride == 1

@@ -386,10 +386,11 @@ def tune_for_cpu(model: nn.Module, allowed: tuple[str, ...] | None = None) -> nn
     """Replace, in place, the folded float32 copy's convolution blocks by :class:`TunedConv` and its
     size-2 stride-2 max-pools by :class:`StridedMaxPool`; returns ``model``. ``allowed``: the ways the
     layers may choose from (default :data:`WAYS`; a layer none of them can run uses ``direct``). Blocks
-    in Darknet's own arithmetic (``--arithmetic darknet``) or with their batch norm unfolded stay."""
+    whose convolution is not PyTorch's own (Darknet's arithmetic, :mod:`turboyolo.exact.modules`) or
+    with their batch norm unfolded stay."""
     tuning = Tuning()
     for index, module in enumerate(model.layers):
-        if isinstance(module, ConvBlock) and module.bn is None and not module.darknet_arithmetic:
+        if isinstance(module, ConvBlock) and module.bn is None and type(module.conv) is nn.Conv2d:
             model.layers[index] = TunedConv(module, allowed, tuning)
         elif isinstance(module, DarknetMaxPool) and module.size == 2 and module.stride == 2:
             model.layers[index] = StridedMaxPool(module)
