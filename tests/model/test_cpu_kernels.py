@@ -164,14 +164,15 @@ def test_tuning_leaves_darknet_arithmetic_and_other_pools_alone():
 def test_inference_copy_for_tunes_only_plain_float32_on_the_cpu():
     model = Darknet(make_spec("yolov3-tiny", num_classes=2, width=64, height=64))
     cpu = torch.device("cpu")
-    assert any(isinstance(m, TunedConv) for m in model.inference_copy_for(cpu).layers)
-    for untuned in (model.inference_copy_for(cpu, torch.bfloat16),
-                    model.inference_copy_for(cpu, autocast=torch.bfloat16)):
+    assert any(isinstance(m, TunedConv) for m in model.inference_copy_for(cpu, tuned=True).layers)
+    for untuned in (model.inference_copy_for(cpu),  # the default: PyTorch's public modules
+                    model.inference_copy_for(cpu, torch.bfloat16, tuned=True),
+                    model.inference_copy_for(cpu, autocast=torch.bfloat16, tuned=True)):
         assert not any(isinstance(m, TunedConv) for m in untuned.layers)
         assert untuned.layers[0].conv.weight.is_contiguous(memory_format=torch.channels_last)
     x = torch.rand(1, 3, 64, 64)
     with torch.inference_mode():
-        got, expected = model.inference_copy_for(cpu)(x), model.eval()(x)
+        got, expected = model.inference_copy_for(cpu, tuned=True)(x), model.eval()(x)
     assert _close(got, expected) < 1e-4
 
 
