@@ -21,10 +21,8 @@ fastest of these ways, timed on the layer's own input the first time it runs:
   image at a time in NCHW: about a fifth of a direct convolution's multiplications. It is called
   through NNPACK's own inference function (:class:`_NnpackInference`: the kernel transformed once per
   layer, on the calling thread), or through ``torch._nnpack_spatial_convolution`` where this PyTorch
-  does not export that function. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's
-  104 x 104, 52 x 52 and 26 x 26 layers 1.6-2.1x faster than oneDNN (13 x 13: 1.2x, with its kernel
-  precomputed) and lost on the first two (``bench/cpu_kernels.py``). Its outputs
-  differ from a direct convolution's by rounding (about 1e-5 of the largest output), the same on any
+  does not export that function. Where it wins, on one thread, is in docs/PERFORMANCE.md
+  (``bench/cpu_kernels.py``). Its outputs differ from a direct convolution's by rounding, the same on any
   thread count;
 - ``direct``: PyTorch's ``conv2d``, then the block's activation (what the untuned copy does; the way
   for activations oneDNN cannot fuse exactly, such as mish or logistic).
@@ -34,9 +32,9 @@ image of the first batch; the fastest stays for the rest of the process, layers 
 the choice, and the weight copies the other ways needed are dropped. The choice is made once, during
 the first forward pass (docs/PERFORMANCE.md says how long), and depends on the timing, so two processes
 may pick differently and differ by that rounding (the default, PyTorch's public convolution, gives the
-same digits every run). Size-2 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the
-element-wise maximum of the four strided views: the same numbers as ``max_pool2d``, in half its time
-in channels_last.
+same digits every run). Size-2 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become
+the element-wise maximum of the four strided views: the same numbers as ``max_pool2d``, without its
+indices.
 """
 
 from __future__ import annotations
