@@ -301,3 +301,18 @@ def test_auto_changes_speed_not_what_is_learned(tmp_path, monkeypatch, isolated_
                    for name in ("auto", "flags"))
     assert auto["config"]["data_args"] == flags["config"]["data_args"]
     assert all(torch.equal(auto["model"][key], flags["model"][key]) for key in flags["model"])
+
+
+@pytest.mark.slow
+def test_the_loader_choices_auto_makes_leave_the_weights_as_they_are(tmp_path, isolated_cache):
+    """What auto chooses for the loader (--workers, --cache; --augment-on stays cpu on the CPU) changes
+    speed only: the same run from the originals in the main process and from a RAM cache with two
+    workers trains the same weights, bit for bit."""
+    data = make_dataset(tmp_path / "data", 6, 2)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=2)
+    for name, cache, workers in (("plain", "none", "0"), ("cached", "ram", "2")):
+        assert _train(tmp_path, data, cfg, name, "--max-batches", "4", "--cache", cache, "--augment-on",
+                      "cpu", "--workers", workers) == 0
+    plain, cached = (torch.load(tmp_path / "runs" / name / "weights" / "last.pt", weights_only=False)["model"]
+                     for name in ("plain", "cached"))
+    assert plain.keys() == cached.keys() and all(torch.equal(plain[key], cached[key]) for key in plain)
