@@ -133,7 +133,7 @@ def test_step_is_train_s_step_on_a_state_built_as_train_builds_it(tiny, monkeypa
     assert state.optimizer.param_groups[0]["lr"] == pytest.approx(0.002)
     assert state.ema is not None and state.subdivisions == 2 and state.loss_fn.obj_iou
     steps = []
-    real = engine._step
-    monkeypatch.setattr(engine, "_step", lambda *a: steps.append(1) or real(*a))
+    real = engine.AutogradStep.apply
+    monkeypatch.setattr(engine.AutogradStep, "apply", lambda *a: steps.append(1) or real(*a))
     seconds = step_seconds(state, engine.StepOptions(say=lambda *_: None), 2, 64, options.repeats)
     assert seconds > 0 and len(steps) == options.repeats + 1 and state.iteration == options.repeats + 1

@@ -162,8 +162,9 @@ def test_darknet_training_batchnorm_is_darknets_code():
     """``bn_train=darknet``: forward, backward and rolling statistics as pjreddie's C code computes them
     (not PyTorch's: biased variance inside sqrt(var + eps), and the exact derivative)."""
     torch.manual_seed(0)
-    bn = DarknetBatchNorm2d(5).double().train()
-    bn.darknet_training = True
+    from turboyolo.exact.modules import DarknetTrainingBatchNorm2d
+
+    bn = DarknetTrainingBatchNorm2d.replacing(DarknetBatchNorm2d(5), exact=False).double().train()
     with torch.no_grad():
         bn.weight.uniform_(0.5, 2.0)
         bn.bias.uniform_(-1.0, 1.0)

@@ -9,7 +9,7 @@ entries per iteration as Darknet does, whatever the list's length). Compared: ev
 Darknet update (less one float32 spacing of the weight), after 1 and 10 iterations.
 
 With the recipe's ``--arithmetic darknet`` the whole step is Darknet's float operations
-(train/darknet_step.py): on this machine every element of every tensor is equal to the binary's after 1
+(exact/step.py): on this machine every element of every tensor is equal to the binary's after 1
 and after 10 iterations on every scene (docs/DARKNET_TRAINING.md). The bars below allow a difference of
 float rounding (one float32 spacing of a weight is not counted) and its growth over ten iterations,
 should a C library round one ``exp`` or ``logf`` differently: 1000x and 100x under the issue's. Where

@@ -303,8 +303,9 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
                 cache="ram", augment_on="device", workers=min(usable, needed), with_costs=costs)
     if t.subdivisions > 1:
         suggest(f"--subdivisions 1 (mini-batch {t.batch})",
-                "whole iterations in one mini-batch: same update, fewer and larger steps "
-                "(GPU efficiency; needs the memory); the loader supply is unchanged")
+                "whole iterations in one mini-batch: fewer and larger steps (GPU efficiency; needs "
+                "the memory); batch norm then normalises over the whole batch, which changes what is "
+                "learned; the loader supply is unchanged")
     if t.img_size > 320:
         small = t.img_size - 96
         scale = (small / t.img_size) ** 2  # step and augmentation scale with pixels, decode does not

@@ -44,8 +44,10 @@ class PredictArgs:
     device: str = device_option()
     half: bool = option(False, "fp16 on CUDA (bf16 on CPU)", action="store_true")
     batch_size: int = option(8, "images per forward pass", "-b", "--batch-size", type=int)
-    backend: str = option("auto", "what runs the network: torch (on the CPU each layer on its fastest "
-                          "kernel there), onnxruntime (CPU, float32) or auto (torch)", choices=BACKENDS)
+    backend: str = option("auto", "what runs the network: torch (PyTorch's public modules: the same digits "
+                          "every run), tuned (CPU, float32: each layer on its fastest kernel there, through "
+                          "PyTorch internals; docs/DETECT.md), onnxruntime (CPU, float32) or auto (torch)",
+                          choices=BACKENDS)
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)
@@ -188,8 +190,8 @@ class Predictor:
         model: the network (weights loaded); moved to ``device`` and put in eval mode.
         img_size: network input (width, height); defaults to the cfg's.
         half: fp16 on CUDA (bf16 on CPU).
-        backend: what runs the network (:mod:`turboyolo.infer.backends`): ``auto``, ``torch`` or
-            ``onnxruntime``; either runs an inference copy with batch norm folded, ``model`` stays as it is.
+        backend: what runs the network (:mod:`turboyolo.infer.backends`): ``auto``, ``torch``, ``tuned`` or
+            ``onnxruntime``; each runs an inference copy with batch norm folded, ``model`` stays as it is.
     """
 
     def __init__(

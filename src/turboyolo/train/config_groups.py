@@ -145,7 +145,7 @@ class AugmentArgs:
     loader: str = option("turboyolo", "how training images are drawn and made: turboyolo (epochs, the "
                          "options below) or darknet (pjreddie's load_data_detection: random list entries, "
                          "the cfg's jitter/hue/saturation/exposure as Darknet applies them, a flip with "
-                         "--fliplr; data/darknet_loader.py)", choices=LOADERS)
+                         "--fliplr; exact/loader.py)", choices=LOADERS)
     multiscale: bool = option(False, "draw the input size per batch from 0.67x..1.5x --img-size",
                               "--multiscale-training", "--multiscale", action="store_true")
     aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
@@ -300,7 +300,7 @@ class RuntimeArgs:
                              "autograd) or darknet (the float32 operations of Darknet's compiled CPU code: "
                              "with --config darknet's settings the whole step, forward, deltas, backward "
                              "and update, equal to the darknet binary's to the bit; else the forward pass; "
-                             "CPU only, some 100x slower; train/darknet_step.py)", choices=ARITHMETICS)
+                             "CPU only, some 100x slower; exact/step.py)", choices=ARITHMETICS)
     seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
 
     def check(self) -> None:

@@ -20,7 +20,7 @@ from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, ScanResult, apply_unreviewed, scan_dataset, write_scan_report
 from turboyolo.train.config import TrainConfig
-from turboyolo.train.darknet_input import darknet_train_loader
+from turboyolo.train.engines import darknet_loader
 from turboyolo.train.resolve import ResolvedRun
 
 
@@ -86,8 +86,8 @@ def build_loaders(resolved: ResolvedRun, mini_batch: int, rank: int = 0, world_s
         val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size),
                                   memory=kind, log=log)
     if config.augment.loader == "darknet":
-        train = darknet_train_loader(config, resolved.spec, train_scan.list_entries(), mini_batch, rank,
-                                     world_size, log)
+        train = darknet_loader(config, resolved.spec, train_scan.list_entries(), mini_batch, rank,
+                               world_size, log)
     else:
         train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
                              augment=resolved.augment, workers=workers, shuffle=True, seed=seed,

@@ -26,7 +26,6 @@ from turboyolo.formats.darknet_cfg import (
 )
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec
 from turboyolo.rundir import (
@@ -43,8 +42,8 @@ from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig, refuse_new_inputs
-from turboyolo.train.darknet_step import DarknetStep, momentum_from_darknet, overwritten_deltas, unsupported
 from turboyolo.train.engine import TrainState
+from turboyolo.train.engines import choose_step, prepare_model
 from turboyolo.train.facts import auto_pipeline, step_memory
 from turboyolo.train.loaders import RunData, build_loaders, scan_splits
 from turboyolo.train.loss import YoloLoss
@@ -320,10 +319,7 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
     for module in model.modules():
         if isinstance(module, torch.nn.BatchNorm2d) and runtime.bn_momentum is not None:
             module.momentum = runtime.bn_momentum
-        if isinstance(module, DarknetBatchNorm2d):
-            module.darknet_training = runtime.bn_train == "darknet"
-        if hasattr(module, "darknet_arithmetic"):  # ConvBlock, DarknetBatchNorm2d
-            module.darknet_arithmetic = runtime.arithmetic == "darknet"
+    prepare_model(model, runtime)  # Darknet's modules where the run asks for them (train/engines.py)
     if runtime.sync_bn and env.enabled:
         model = distributed.convert_sync_batchnorm(model, device)
     model.to(device)
@@ -357,45 +353,5 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
         device_ids = [device.index] if device.type == "cuda" else None
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
-    exact = runtime.arithmetic == "darknet"
-    reasons = _not_darknet_step(config, state, device, amp_dtype, env) if exact else []
-    if not exact or reasons:  # a resumed run's buffers of Darknet's step, if any
-        momentum_from_darknet(state.optimizer, state.images_per_iteration * env.world_size)  # the cfg's batch
-    if exact:
-        if reasons:
-            say("--arithmetic darknet: the forward pass in Darknet's float operations, the backward pass "
-                f"PyTorch's ({'; '.join(reasons)}: Darknet's own step needs --config darknet's settings)")
-        else:
-            state.darknet_step = DarknetStep(model, state.optimizer, state.images_per_iteration)
-            lost = overwritten_deltas(model)
-            if lost:
-                say(f"note: --arithmetic darknet: as Darknet's CPU code, the gradient that a later route or "
-                    f"shortcut sends into layer{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} is "
-                    "overwritten where the next layer is a 1x1 convolution (docs/DARKNET_TRAINING.md, item "
-                    "15); --arithmetic torch keeps it")
+    state.step = choose_step(config, state, device, amp_dtype, env, say)  # once (train/engines.py)
     return state
-
-
-def _not_darknet_step(config: TrainConfig, state: TrainState, device: torch.device, amp_dtype,
-                      env: distributed.DistEnv) -> list[str]:
-    """What keeps a run with ``--arithmetic darknet`` from Darknet's whole step (train/darknet_step.py):
-    settings that Darknet's loss or update do not have, and layers it does not transcribe."""
-    runtime, loss_fn = config.runtime, state.loss_fn
-    checks = [
-        (device.type != "cpu", f"device {device.type}"),
-        (amp_dtype is not None, "mixed precision"),
-        (env.world_size > 1, "several processes"),
-        (runtime.bn_train != "darknet", f"--bn-train {runtime.bn_train}"),
-        (runtime.clip_norm > 0, f"--clip-norm {runtime.clip_norm:g}"),
-        (runtime.freeze > 0, f"--freeze {runtime.freeze}"),
-        (state.plan is not None and state.plan.optimizer.name != "sgd", "an optimizer other than SGD"),
-        (any(loss_fn.box_kind(head) != "darknet" for head in loss_fn.heads), "a box loss other than darknet"),
-        (loss_fn.obj_iou, "--obj-iou"),
-        (loss_fn.iou_thresh not in (None, 1.0) or loss_fn.anchor_ratio > 0, "extra anchors per box"),
-        (bool(loss_fn.label_smoothing), "--label-smoothing"),
-        (tuple(loss_fn.gains) != (1.0, 1.0, 1.0), "loss gains"),
-        (config.data_args.unreviewed == "ignore", "--unreviewed ignore"),
-    ]
-    reasons = [why for failed, why in checks if failed]
-    layer = unsupported(state.model)
-    return reasons + ([layer] if layer else [])

@@ -10,7 +10,7 @@ from turboyolo.assets import ASSETS
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import ConfigError, WeightsError
+from turboyolo.errors import ConfigError, FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
@@ -26,6 +26,7 @@ from turboyolo.train.metrics import (
 )
 
 EVAL_OPTIONS = tuple(f.name for f in fields(EvalArgs))  # what a checkpoint's stored eval group may hold
+KERNELS = ("torch", "tuned")
 
 
 @dataclass
@@ -51,6 +52,9 @@ class TestArgs:
     device: str = device_option()
     amp: str = amp_option()
     backend: str = option("pycocotools", "the COCO evaluator computing AP", choices=BACKENDS)
+    kernels: str = option("torch", "the network's convolutions: torch (PyTorch's public modules: the same "
+                          "digits every run) or tuned (CPU, float32: each layer on its fastest kernel there, "
+                          "as detect --backend tuned; docs/DETECT.md)", choices=KERNELS)
     rect: bool = option(False, "batches of similar aspect ratio, each letterboxed to its own rectangle",
                         action="store_true")
     verbose: bool = option(False, "accepted (the table is always printed)", "-v", "--verbose",
@@ -118,6 +122,12 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     model = build_model(spec, weights)
     log(f"loaded {weights}")
     device = resolve_device(options.device)
+    amp_dtype = amp_dtype_for(device, options.amp)
+    tuned = options.kernels == "tuned"
+    if tuned and (device.type != "cpu" or amp_dtype is not None):
+        raise FlagError(f"--kernels tuned runs float32 on the CPU; this run evaluates on {device}"
+                        f"{' under --amp' if amp_dtype is not None else ''}: use --kernels torch, or "
+                        "--device cpu --amp off")
     model.to(device)
     # labels are checked against the model's classes when the data set names none
     numbered = None if load_data_config(data).names else [str(k) for k in range(model.num_classes)]
@@ -130,10 +140,9 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
                           "use the data set the weights were trained for, or a cfg with its class count")
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
                           workers=options.workers, shuffle=False, rect=options.rect)
-    # an inference copy: batch norm folded into the convolutions; on the CPU channels_last and each
-    # layer's fastest kernel there
-    amp_dtype = amp_dtype_for(device, options.amp)
-    model = model.inference_copy_for(device, autocast=amp_dtype)
+    # an inference copy: batch norm folded into the convolutions; on the CPU channels_last (--kernels
+    # tuned: each layer's fastest kernel there)
+    model = model.inference_copy_for(device, autocast=amp_dtype, tuned=tuned, say=log)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
                          **thresholds, max_det=options.max_det, amp_dtype=amp_dtype, backend=options.backend)
     if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
