@@ -17,6 +17,8 @@ from turboyolo.train.testing import GROUPS, TestRequest, run_test
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_input_flags(parser, "cfg", "weights", "data", required=("weights", "data"))
     add_flags(parser, GROUPS)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="PyTorch-YOLOv3's flag, accepted: the per-class table is always printed")
 
 
 def run(args: argparse.Namespace) -> int:

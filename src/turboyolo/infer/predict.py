@@ -236,10 +236,6 @@ class Predictor:
         predictor.weights_path = Path(str(path))
         return predictor
 
-    @classmethod
-    def from_files(cls, cfg: str | Path, weights: str | Path | None, **kwargs) -> Predictor:
-        return cls(build_model(cfg, weights), **kwargs)
-
     @torch.inference_mode()
     def predict_arrays(
         self,

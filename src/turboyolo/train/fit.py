@@ -146,8 +146,9 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         raise TrainingInterrupted(f"stopped at iteration {state.iteration} (epoch {state.epoch + 1}); "
                                   f"{weights_dir / 'last.pt'} holds that exact position: continue with "
                                   f"`turboyolo train --resume {weights_dir / 'last.pt'}`")
-    if stop.message(reason, state):
-        say(stop.message(reason, state))
+    message = stop.message(reason, state)
+    if message:
+        say(message)
     if env.is_main and reason != INTERRUPTED:
         finish_outputs(state, run.spec, weights_dir, run.run_dir, say)
     result = session.result

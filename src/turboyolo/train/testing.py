@@ -49,8 +49,6 @@ class TestArgs:
     backend: str = option("pycocotools", "the COCO evaluator computing AP", choices=BACKENDS)
     rect: bool = option(False, "batches of similar aspect ratio, each letterboxed to its own rectangle",
                         action="store_true")
-    verbose: bool = option(False, "accepted (the table is always printed)", "-v", "--verbose",
-                           action="store_true")
 
     def __post_init__(self) -> None:
         check_img_size(self.img_size)
