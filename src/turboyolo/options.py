@@ -42,12 +42,15 @@ def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | Non
     return field(default=default, metadata=metadata)
 
 
+RECTANGLE_COMMANDS = ("detect", "label", "export", "anchors")  # the commands whose --img-size may be W H
+
+
 def img_size_option(default_is: str = "", default: int | None = None, rectangle: bool = False):
     """``--img-size``, the same flag for every command: the network's input side in pixels; with
     ``rectangle`` also a width and a height (read with :func:`img_size_pair`). ``default_is`` says what
     ``None`` means for this command (``the cfg's``)."""
-    shape = ": S, or W H" if rectangle else ""
-    text = f"network input side in pixels{shape}" + (f" (default: {default_is})" if default is None else "")
+    text = f"network input size in pixels: S, or W H ({', '.join(RECTANGLE_COMMANDS)})" + (
+        f" (default: {default_is})" if default is None else "")
     return option(default, text, "--img-size", type=int, **({"nargs": "+"} if rectangle else {}))
 
 

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from turboyolo.data.scan import UNREVIEWED_CHOICES
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.formats.darknet_cfg import parse_anchor_list
-from turboyolo.options import amp_option, check_img_size, device_option, img_size_option, option
+from turboyolo.options import (
+    amp_option,
+    check_img_size,
+    device_option,
+    exist_ok_option,
+    img_size_option,
+    option,
+    project_option,
+    run_name_option,
+)
 from turboyolo.options import require as _require
 from turboyolo.train.metrics import EVAL_CONF_THRES, EVAL_IOU_THRES, EVAL_NMS_THRES
 
@@ -317,9 +326,9 @@ class RuntimeArgs:
 class OutputArgs:
     """Where the run writes, what it keeps and where it logs."""
 
-    project: str = option("runs/train", "parent folder of run directories", "--project", "--logdir")
-    name: str = option("exp", "run directory name (exp, exp2, ... when taken)")
-    exist_ok: bool = option(False, "reuse <project>/<name> if it exists", action="store_true")
+    project: str = project_option("runs/train")
+    name: str = run_name_option()
+    exist_ok: bool = exist_ok_option()
     checkpoint_interval: int = option(1, "also keep weights/epoch<N>.pt every N epochs (0: last.pt and "
                                       "best.pt only)", type=int)
     wandb: bool = option(False, "also log to Weights & Biases (WANDB_MODE=offline works)",
