@@ -1,7 +1,23 @@
-"""Shared fixtures: the official yolov3-tiny weights (fetched once into the user cache) and paths."""
+"""Shared fixtures (the official yolov3-tiny weights, fetched once into the user cache; one trained run for
+the whole session) and the suite's two tiers.
+
+The tiers (README "Tests"):
+
+* ``make test`` runs every test not marked ``full``: each promise is checked at least once, through the
+  command where the promise is the command's (one Darknet scene against the binary, one browser run, one
+  DDP run included), in a few minutes on two cores (``pytest -m "not full" -n auto``).
+* ``make test-all`` runs everything (``.ci/run`` runs it).
+
+A new test is in both tiers: that is the default and needs no marker. Mark it
+``@pytest.mark.full(covered_by="tests/<file>.py::<test>")`` (or a ``pytest.param(..., marks=...)`` of one
+case) only when the test it names, which stays in ``make test``, checks the same promise; collection
+fails when the named test does not exist or is ``full`` itself. ``slow`` (more than a few seconds) is
+informational: slow tests stay in ``make test`` unless they are ``full``.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +25,30 @@ import pytest
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # shared helpers such as fidelity.py
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # pytest-xdist: its workers share the cores; one thread each
+    # (before torch is imported: its thread pools read this once), also in the processes the tests start
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
+                                                     // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not full"` deselects: every covering test is still listed
+def pytest_collection_modifyitems(config, items):
+    """Each ``full`` test names, in ``covered_by``, a test of ``make test`` that checks the same promise."""
+    plain = {item.nodeid.split("[")[0] for item in items if item.get_closest_marker("full") is None}
+    plain |= {item.nodeid for item in items if item.get_closest_marker("full") is None}
+    files = {item.nodeid.split("::")[0] for item in items}
+    for item in items:
+        marker = item.get_closest_marker("full")
+        if marker is None:
+            continue
+        covered = marker.kwargs.get("covered_by")
+        if not covered:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.full needs covered_by=\"tests/...::test\", "
+                                    "the test of `make test` that checks the same promise")
+        if covered.split("::")[0] in files and covered not in plain:
+            raise pytest.UsageError(f"{item.nodeid}: covered_by={covered!r} is not a test of `make test` "
+                                    "(no such test, or it is marked full too)")
 
 DARKNET_CFG_DIR = Path("/usr/share/darknet/cfg")
 DARKNET_DATA_DIR = Path("/usr/share/darknet/data")
