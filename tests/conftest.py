@@ -90,3 +90,34 @@ def tiny_cfg(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("cfg") / "tiny-1c.cfg"
     write_cfg(make_spec("yolov3-tiny", 1, 64, 64, batch=1, subdivisions=1), path)
     return path
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """One finished training run for the whole session (each xdist worker makes its own), for tests that
+    need *a* trained run or checkpoint rather than a training of their own: ``(run dir, cfg, data)`` of
+    ``turboyolo train`` on a micro cfg, 4 + 2 synthetic images, one epoch of 2 iterations. Read it; to
+    change or resume it, take :func:`trained_run_copy`."""
+    from synth import make_dataset, micro_cfg
+    from turboyolo.cli import main
+
+    root = tmp_path_factory.mktemp("trained_run")
+    data = make_dataset(root / "data", 4, 2)
+    cfg = micro_cfg(root / "micro.cfg", batch=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TURBOYOLO_CACHE", str(root / "cache"))
+        assert main(["train", "--cfg", str(cfg), "--data", str(data), "--workers", "0", "--project",
+                     str(root / "runs"), "--epochs", "1", "--evaluation-interval", "0",
+                     "--checkpoint-interval", "0"]) == 0
+    return root / "runs" / "exp", cfg, data
+
+
+@pytest.fixture
+def trained_run_copy(trained_run, tmp_path):
+    """:func:`trained_run` copied to ``tmp_path/runs/exp``, the test's own: ``(run dir, cfg, data)``."""
+    import shutil
+
+    run_dir, cfg, data = trained_run
+    copy = tmp_path / "runs" / "exp"
+    shutil.copytree(run_dir, copy)
+    return copy, cfg, data

@@ -44,6 +44,6 @@ def test_every_module_is_on_the_map():
 def test_every_folder_and_top_level_file_on_the_map_exists():
     entries = package_map()
     for folder in entries:
-        assert not folder or (PACKAGE / folder / "__init__.py").is_file(), f"{folder}/ is on the map, not in src"
+        assert not folder or (PACKAGE / folder / "__init__.py").is_file(), f"{folder}/: not in src"
     for name in entries[""]:
         assert (PACKAGE / f"{name}.py").is_file(), f"{name}.py is on the map, not in src/turboyolo"
