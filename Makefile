@@ -18,10 +18,12 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m turboyolo demo
 
-# The tests, in two tiers (tests/conftest.py says how a test picks one):
+# The tests, in two tiers (tests/conftest.py says how a test picks one; README.md "Tests"):
 #   make test      every promise at least once, through the command: one Darknet scene against the binary,
-#                  one browser run, one DDP run, ... (tests marked `full` left out); a few minutes on 2 cores
-#   make test-all  everything: every Darknet scene, every parametrization, every fault (.ci/run runs it)
+#                  one browser run, one DDP run, the README's commands, every fault (tests marked `full`,
+#                  each naming the test here that covers its promise, left out); about 4 minutes on 2 cores
+#   make test-all  everything: every Darknet scene, every OpenCV reference network, each checkpoint writer
+#                  in each fault, every parametrization (.ci/run runs it); about twice as long
 # Both run on every core (pytest-xdist) and print the slowest tests; PYTEST_ARGS=... passes arguments on.
 PYTEST_RUN = $(PY) -m pytest -n auto --maxprocesses 8 --dist worksteal --durations 15
 
