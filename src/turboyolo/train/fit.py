@@ -289,7 +289,7 @@ def evaluate_now(session: Session, reason: str | None, finished: bool) -> EvalRe
     return evaluated
 
 
-# ---------------------------------------------------------------------------------------------- setup
+# ---------------------------------------------------- the loop's helpers: mosaic switch, Ctrl-C, write errors
 def mixing(epoch: int, run: Run, close_mosaic: int, say: Callable[..., None]) -> bool:
     """Whether mosaic and mixup may run in ``epoch`` (not in the last ``close_mosaic`` planned epochs)."""
     augment = run.config.augment
