@@ -10,6 +10,9 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d, DarknetMaxPool
 from turboyolo.model.zoo import make_spec
 
+# the test of `make test` that covers the promise of a `full` one here (tests/conftest.py: the tiers)
+SMALLEST = "tests/model/test_darknet_model.py::test_forward_shapes_yolov3[320]"
+
 EXPECTED = {  # architecture: (trainable parameters, floats in the .weights file) at 80 classes
     "yolov3": (61_949_149, 62_001_757),
     "yolov3-tiny": (8_852_366, 8_858_734),
@@ -24,7 +27,8 @@ def test_parameter_counts(arch):
     assert model.flat_weights().size == EXPECTED[arch][1]
 
 
-@pytest.mark.parametrize("size", [320, 416, 608])
+@pytest.mark.parametrize("size", [320, *(pytest.param(size, marks=pytest.mark.full(covered_by=SMALLEST))
+                                          for size in (416, 608))])
 def test_forward_shapes_yolov3(size):
     model = Darknet(make_spec("yolov3", num_classes=2)).eval()
     with torch.no_grad():

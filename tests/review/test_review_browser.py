@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from synth import read_labels
 from turboyolo.data.autolabels import label_status
-from turboyolo.formats.labels import read_yolo_labels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -127,7 +127,7 @@ def test_a_person_draws_moves_relabels_deletes_saves_and_meets_a_conflict(browse
                 [2, round((x0 + x1) / 2, 6), round((y0 + y1) / 2, 6), round(x1 - x0, 6), round(y1 - y0, 6)]]
     lines = label.read_text().splitlines()
     assert len(lines) == 2 and [line.split()[0] for line in lines] == ["0", "2"]
-    close(read_yolo_labels(label).tolist(), expected)
+    close(read_labels(label).tolist(), expected)
     assert label_status(label) == "reviewed"
 
     # the person changes a class while another program changes the file: the save is refused
@@ -214,7 +214,7 @@ def test_the_models_boxes_are_shown_and_one_key_accepts_a_missing_one(browser, r
     wait_for(browser, "window.review.S.status == 'reviewed'")
     name = browser.find_element("id", "name").text
     label = review_set.parent / "labels" / f"{name.rsplit('.', 1)[0]}.txt"
-    close(read_yolo_labels(label).tolist(), [[int(r[0]), *r[1:]] for r in rows], tol=1e-6)
+    close(read_labels(label).tolist(), [[int(r[0]), *r[1:]] for r in rows], tol=1e-6)
 
 
 def iou(a, b) -> float:

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from synth import read_labels
 from turboyolo.data.autolabels import label_status
-from turboyolo.formats.labels import read_yolo_labels
 
 ROUNDS = 50
 
@@ -75,7 +75,7 @@ def test_two_servers_on_one_data_set_never_both_save_one_image_nor_lose_a_review
         statuses = at_once((one, "a.jpg", body(mine, base)), (two, "a.jpg", body(theirs, base)))
         assert sorted(statuses) == [200, 409], (k, statuses)
         won = mine if statuses[0] == 200 else theirs
-        assert read_yolo_labels(labels / "a.txt").tolist()[0] == pytest.approx(won[0]), k
+        assert read_labels(labels / "a.txt").tolist()[0] == pytest.approx(won[0]), k
         assert label_status(labels / "a.txt") == "reviewed"
         # two images of one labels folder (one manifest) saved at once: both review records kept
         (labels / "b.txt").write_text(f"1 0.5 0.5 0.3 0.{k + 10}\n")  # another program: human again

@@ -18,7 +18,7 @@ from turboyolo.doctor.measure import DoctorOptions, measure
 from turboyolo.doctor.verdict import GPU_RATES, StageTimings, Verdict, diagnose, render_markdown
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_cfg
-from turboyolo.options import RunDirArgs, amp_option, device_option, option
+from turboyolo.options import RunDirArgs, amp_option, check_img_size, device_option, img_size_option, option
 from turboyolo.rundir import removed_if_empty
 from turboyolo.train.config import AUGMENT_ON_CHOICES, CACHE_CHOICES
 
@@ -31,7 +31,7 @@ class DoctorArgs:
 
     split: str = option("train", "which split to measure")
     device: str = device_option()
-    img_size: int | None = option(None, "network input side (default: the cfg's)", type=int)
+    img_size: int | None = img_size_option("the cfg's width")
     batch: int | None = option(None, "images per iteration (default: the cfg's)", type=int)
     subdivisions: int | None = option(None, "mini-batches per iteration", type=int)
     amp: str = amp_option()
@@ -117,8 +117,7 @@ def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: 
     spec = parse_cfg(request.cfg)
     net = spec.net
     img_size = args.img_size or net.width
-    if img_size % 32:
-        raise FlagError(f"--img-size {img_size}: use a multiple of 32")
+    check_img_size(img_size)
     spec = spec.with_net(width=img_size, height=img_size)
     batch, subdivisions = args.batch or net.batch, args.subdivisions or net.subdivisions
     if batch % subdivisions:

@@ -26,7 +26,15 @@ from turboyolo.infer.tiling import TileOptions, detect_tiled
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model, resolve_model
 from turboyolo.model.postprocess import decode, nms_options, postprocess
-from turboyolo.options import CONF_THRES, NMS_THRES, device_option, img_size_pair, option, require
+from turboyolo.options import (
+    CONF_THRES,
+    NMS_THRES,
+    device_option,
+    img_size_option,
+    img_size_pair,
+    option,
+    require,
+)
 
 
 @dataclass
@@ -35,8 +43,7 @@ class PredictArgs:
 
     conf_thres: float = option(CONF_THRES, "objectness and class-score threshold", type=float)
     nms_thres: float = option(NMS_THRES, "IoU of per-class NMS", type=float)
-    img_size: tuple[int, int] | None = option(None, "network input: S or W H (default: the cfg's)", type=int,
-                                              nargs="+")
+    img_size: tuple[int, int] | None = img_size_option("the cfg's", rectangle=True)
     class_filter: list[str] | None = option(None, "keep only these classes (names or indices)", nargs="+")
     single_label: bool = option(False, "one class per box (the best), not Darknet's multi-label",
                                 action="store_true")
@@ -230,10 +237,6 @@ class Predictor:
                         img_size=img_size_pair(img_size), half=half, backend=backend, say=say)
         predictor.weights_path = Path(str(path))
         return predictor
-
-    @classmethod
-    def from_files(cls, cfg: str | Path, weights: str | Path | None, **kwargs) -> Predictor:
-        return cls(build_model(cfg, weights), **kwargs)
 
     @torch.inference_mode()
     def predict_arrays(

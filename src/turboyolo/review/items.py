@@ -28,7 +28,7 @@ from turboyolo.data.autolabels import label_status, labels_lock, read_manifest, 
 from turboyolo.errors import ConfigError, DataError, OutputError, printable, writable_folder
 from turboyolo.formats.datasets import label_path_for, list_images, load_data_config, read_names, split_images
 from turboyolo.formats.labels import format_yolo_rows, parse_yolo_labels
-from turboyolo.formats.text import read_text
+from turboyolo.formats.text import decode_text
 
 ORDERS = ("review", "name", "unreviewed", "disagree")
 # the review order without a review.csv: what most needs a person first
@@ -173,7 +173,7 @@ class ReviewSet:
         except OSError as err:
             return LabelState([], None, "none", f"{item.label}: unreadable ({err.strerror or err})")
         sha1 = hashlib.sha1(data).hexdigest()
-        text = read_text(item.label, errors="replace")
+        text = decode_text(data, errors="replace")
         check = parse_yolo_labels(text, len(self.names) or None)
         rows = [[int(r[0]), *(round(v, 6) for v in r[1:5])]
                 for r in np.asarray(check.rows, np.float64).tolist()]

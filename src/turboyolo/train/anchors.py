@@ -28,7 +28,14 @@ from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.errors import ConfigError, DataError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, write_cfg
 from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
-from turboyolo.options import img_size_pair, option, require
+from turboyolo.options import (
+    img_size_option,
+    img_size_pair,
+    option,
+    output_file_option,
+    overwrite_option,
+    require,
+)
 from turboyolo.rundir import check_outputs
 from turboyolo.train.defaults import first_yolo
 
@@ -84,16 +91,14 @@ class AnchorsArgs:
     num: int | None = option(None, "anchors to fit (default: the cfg's count, else 9; with 6 or 9 and no "
                              "cfg, the yolov3-tiny / yolov3 COCO anchors are the reference)", "-n", "--num",
                              type=int)
-    img_size: tuple[int, int] | None = option(None, "network input S or W H (default: the cfg's, else 416)",
-                                              type=int, nargs="+")
+    img_size: tuple[int, int] | None = img_size_option("the cfg's, else 416", rectangle=True)
     thresh: float = option(0.5, "IoU a box needs with its best anchor to count as recalled", type=float)
     restarts: int = option(10, "k-means++ starts; the best one is kept", type=int)
     fit_boxes: int = option(FIT_BOXES, "fit on at most this many boxes, a seeded random sample (0: all)",
                             type=int)
     seed: int = option(0, "random seed of the k-means starts", type=int)
-    output: str | None = option(None, "write --cfg with the fitted anchors to this file (never --cfg itself)",
-                                "-o", "--output")
-    overwrite: bool = option(False, "replace the -o file if it exists", action="store_true")
+    output: str | None = output_file_option("none; -o writes --cfg with the fitted anchors")
+    overwrite: bool = overwrite_option()
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)

@@ -309,11 +309,6 @@ def advice(cache: str, augment_on: str, workers: int, machine: Machine, unsuppor
     return f"try {fix}; `turboyolo doctor --data ... --model ...` measures why"
 
 
-def far_above(measured: float, predicted: float) -> bool:
-    """Whether a measured data-wait is far above the prediction (worth a line and a note)."""
-    return measured > predicted + FAR_ABOVE
-
-
 def given_pipeline(requested: dict[str, tuple[object, str]]) -> PipelineChoice:
     """The pipeline as given (no ``auto`` among ``requested``): nothing measured, nothing predicted."""
     decisions = tuple(Decision(name, value, source, "given") for name, (value, source) in requested.items())

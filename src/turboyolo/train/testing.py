@@ -14,7 +14,7 @@ from turboyolo.errors import ConfigError, FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
-from turboyolo.options import amp_option, device_option, option, require
+from turboyolo.options import amp_option, check_img_size, device_option, img_size_option, option, require
 from turboyolo.train.config import EvalArgs, checked
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import (
@@ -36,8 +36,7 @@ class TestArgs:
     __test__ = False  # not a pytest test class
 
     split: str = option("val", "which split to evaluate", choices=("val", "train"))
-    img_size: int | None = option(None, "network input side (default: a checkpoint's --val-img-size, else "
-                                  "the cfg's width)", type=int)
+    img_size: int | None = img_size_option("a checkpoint's --val-img-size, else the cfg's width")
     batch_size: int = option(16, "images per forward pass", "-b", "--batch-size", type=int)
     workers: int | None = option(None, "loader workers", "--n-cpu", "--workers", type=int)
     iou_thres: float | None = option(None, "IoU a detection needs with a ground truth to count as found in "
@@ -57,12 +56,9 @@ class TestArgs:
                           "as detect --backend tuned; docs/DETECT.md)", choices=KERNELS)
     rect: bool = option(False, "batches of similar aspect ratio, each letterboxed to its own rectangle",
                         action="store_true")
-    verbose: bool = option(False, "accepted (the table is always printed)", "-v", "--verbose",
-                           action="store_true")
 
     def __post_init__(self) -> None:
-        require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
-                "--img-size must be a multiple of 32")
+        check_img_size(self.img_size)
         require(self.iou_thres is None or 0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
         require(self.conf_thres is None or 0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
         require(self.nms_thres is None or 0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
