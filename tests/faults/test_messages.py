@@ -183,12 +183,12 @@ def test_a_video_that_cannot_be_read_is_not_called_an_image(tmp_path, cli, tiny_
     assert "1 unreadable videos skipped" in run.output and "broken.avi" in run.output, run.output
 
 
-def test_resume_names_the_runs_own_inputs_it_ignores(run_copy, cli):
+def test_resume_names_the_runs_own_inputs_it_ignores(trained_run_copy, cli):
     """TRAINING.md: on --resume, options other than the resumable ones "are named as ignored"; the run's
     own --cfg, --data and --weights too (they were accepted without a word)."""
     import torch
 
-    run_dir, cfg, data = run_copy
+    run_dir, cfg, data = trained_run_copy
     last = run_dir / "weights" / "last.pt"
     state = torch.load(last, weights_only=False)
     state["config"]["weights"] = str(run_dir / "start.weights")  # as a run started from weights
