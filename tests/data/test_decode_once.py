@@ -14,9 +14,10 @@ from turboyolo.data import decode
 from turboyolo.data.augment import AugmentParams, mosaic_rng, partner_draw
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.loader import group_batches
-from turboyolo.data.pipeline import build_loader
+from turboyolo.data.pipeline import PARTNER_POOL_ENV, build_loader
 from turboyolo.data.sampler import default_pool_batches
 from turboyolo.data.scan import scan_dataset
+from turboyolo.errors import DataError
 
 MIXING = AugmentParams.from_net(mosaic=1.0)
 
@@ -113,6 +114,26 @@ def test_partners_from_the_whole_set_decode_again(samples):
     _epoch(loader, 0)
     assert sum(loader.epoch_decoded.values()) > 2.5 * len(samples)
     assert max(loader.epoch_decoded.values()) > 2
+
+
+def test_test_only_switch_draws_partners_from_the_whole_set(samples, monkeypatch):
+    """TURBOYOLO_PARTNER_POOL (what bench/defaults_250.py --partner-pool sets) is the default of every
+    loader built without ``partner_pool``: 0 gives the batches and decodes of independent draws."""
+    kwargs = dict(workers=0, img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=5)
+    pooled = build_loader(samples, **kwargs)
+    monkeypatch.setenv(PARTNER_POOL_ENV, "0")
+    switched = build_loader(samples, **kwargs)
+    assert pooled.batch_sampler.pool_batches > 0 and switched.batch_sampler.pool_batches == 0
+    batches = _epoch(switched, 0)
+    _same(batches, _epoch(build_loader(samples, partner_pool=0, **kwargs), 0))
+    _epoch(pooled, 0)
+    assert sum(pooled.epoch_decoded.values()) == len(samples)
+    assert sum(switched.epoch_decoded.values()) > 2.5 * len(samples)
+    monkeypatch.setenv(PARTNER_POOL_ENV, "2")  # any pool size
+    assert build_loader(samples, **kwargs).batch_sampler.pool_batches == 2
+    monkeypatch.setenv(PARTNER_POOL_ENV, "all")
+    with pytest.raises(DataError, match=PARTNER_POOL_ENV):
+        build_loader(samples, **kwargs)
 
 
 @pytest.mark.parametrize("memory", ["ram", "disk"])
