@@ -3,7 +3,7 @@ with the partner pools (variant ``pools``) and with independent partner draws (`
 ``bench/defaults_250.py --partner-pool 0``): mAP@0.5 of ``best.pt`` at 416 per seed, mean, spread.
 
 Spread: the sample standard deviation over the seeds (and min-max). The last column compares the
-means: the pools' mean minus the independent draws', against the larger of the two spreads.
+mAP@0.5 means: the pools' mean minus the independent draws', against the larger of the two spreads.
 
 Usage: ``python bench/partner_pools_table.py [bench/results/partner_pools_250.csv]``
 """
@@ -28,7 +28,7 @@ def main() -> int:
             runs[(row["data"], row["variant"])][int(row["seed"])] = row  # a later run replaces
     seeds = sorted({0, 1, 2} | {seed for by_seed in runs.values() for seed in by_seed})
     print("| data set | partners | " + " | ".join(f"seed {s}" for s in seeds)
-          + " | mean | std | min-max | mAP@0.5:0.95 mean | pools - independent |")
+          + " | mean | std | min-max | mAP@0.5:0.95 mean (std) | pools - independent |")
     print("|---|---|" + "---|" * len(seeds) + "---|---|---|---|---|")
     for data in sorted({key[0] for key in runs}):
         means: dict[str, tuple[float, float | None]] = {}
@@ -39,7 +39,9 @@ def main() -> int:
             if not values:
                 print(f"| {data} | {variant} | " + " | ".join(cells) + " | - | - | - | - | |")
                 continue
-            strict = statistics.fmean(float(row["best_416_map50_95"]) for row in by_seed.values())
+            strict_values = [float(row["best_416_map50_95"]) for row in by_seed.values()]
+            strict = f"{statistics.fmean(strict_values):.3f}"
+            strict += f" ({statistics.stdev(strict_values):.3f})" if len(strict_values) > 1 else ""
             std = statistics.stdev(values) if len(values) > 1 else None
             means[variant] = (statistics.fmean(values), std)
             compare = ""
@@ -49,7 +51,7 @@ def main() -> int:
                 compare += f" (spread {spread:.3f})" if spread is not None else ""
             print(f"| {data} | {variant} | " + " | ".join(cells) + f" | {means[variant][0]:.3f} | "
                   + ("-" if std is None else f"{std:.3f}") + f" | {min(values):.3f}-{max(values):.3f} | "
-                  f"{strict:.3f} | {compare} |")
+                  f"{strict} | {compare} |")
     return 0
 
 
