@@ -72,6 +72,7 @@ from turboyolo.data.sampler import (
     MultiScaleBatchSampler,
     Requests,
     TailSampler,
+    longest_pool,
 )
 from turboyolo.data.scan import Sample
 from turboyolo.devices import usable_cpus
@@ -423,14 +424,14 @@ class DetectionLoader:
 
 def group_batches(pool_batches: int, epoch_batches: int, workers: int, cached: bool) -> int:
     """Batches one worker makes per request: a whole partner pool (each original decoded once per
-    epoch), unless that leaves workers idle (fewer pools in an epoch than workers: the pools are cut so
-    every worker has work, an image then decoded up to once per piece), or nothing is decoded (a
-    prepared cache: one batch per request)."""
+    epoch; the longest pool, an epoch's last, included), unless that leaves workers idle (fewer pools in
+    an epoch than workers: the pools are cut so every worker has work, an image then decoded up to once
+    per piece), or nothing is decoded (a prepared cache: one batch per request)."""
     if cached or pool_batches <= 1:
         return 1
     if workers <= 1:
-        return pool_batches
-    return max(1, min(pool_batches, -(-epoch_batches // workers)))
+        return longest_pool(pool_batches)
+    return max(1, min(longest_pool(pool_batches), -(-epoch_batches // workers)))
 
 
 class _MixPlan:
