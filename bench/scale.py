@@ -560,6 +560,11 @@ def table(out: Path) -> str:
             return found.get(f"{name}-{tool}-{part}")
 
         rows = [f"| {name} | turboyolo | Ultralytics | turboyolo / Ultralytics |", "|---|---|---|---|"]
+        made = found.get(f"{name}-generate")
+        if made:
+            rows.append(f"| the set: {made['train']:,} + {made['val']:,} images, "
+                        f"{made['bytes'] / 1e9:.1f} GB, "
+                        f"generated in | {made['wall_s']:.0f} ({made['cpu_s']:.0f}) | | |")
         for run in ("cold", "warm"):
             ty, ul = get("turboyolo", f"startup-{run}"), get("ultralytics", f"startup-{run}")
             rows.append(
@@ -610,6 +615,8 @@ def table(out: Path) -> str:
                 f"{_pair(ty, 'wall_s', 'cpu_s')} | {_pair(ul, 'wall_s', 'cpu_s')} | "
                 f"{_ratio(ty, ul, 'wall_s', 'cpu_s')} |"
             )
+            cells = [f"{r['detections']:,}" if r and "detections" in r else "n/a" for r in (ty, ul)]
+            rows.append(f"| detections it scored (conf >= 0.001) | {cells[0]} | {cells[1]} | |")
             cells = [
                 f"{r['tree_pss_peak_mb']:.0f} / {r['maxrss_largest_mb']:.0f}" if r else "n/a"
                 for r in (ty, ul)
