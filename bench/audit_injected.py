@@ -364,7 +364,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of the injection and of the audit")
     parser.add_argument("--weights", default="yolov3-tiny")
     parser.add_argument("--config", default=None, help="recipe of each fold's training (e.g. trees)")
-    parser.add_argument("--folds", type=int, default=4)
+    parser.add_argument("--folds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--img-size", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)

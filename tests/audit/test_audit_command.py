@@ -84,6 +84,7 @@ def test_scores_from_predictions_find_a_wrong_class_and_a_missing_box(tmp_path, 
         ranking = list(csv.DictReader(handle))
     assert {Path(row["image"]).name for row in ranking[:2]} == {images[3].name, images[7].name}
     assert len(ranking) == 12 and float(ranking[2]["score"]) < 0.5
+    assert {p.name for p in run.glob("sheet_*.jpg")} == {"sheet_class.jpg", "sheet_missing.jpg"}
     assert _files(tmp_path / "data") == before  # the audit never writes a label file
 
 
@@ -131,7 +132,7 @@ def test_a_model_of_other_classes_cannot_predict_as_it_is(tmp_path, capsys):
     code = main(["audit", "--data", str(images[0].parent), "--cfg", str(cfg), "--weights", str(weights),
                  "--folds", "0", "--project", str(tmp_path / "runs")])
     err = capsys.readouterr().err
-    assert code == 1 and "a model of 3 classes" in err and "has 2 (a, b)" in err and "--folds 4" in err
+    assert code == 1 and "a model of 3 classes" in err and "has 2 (a, b)" in err and "--folds 3" in err
 
 
 def test_bad_values_name_their_flag(tmp_path, capsys):

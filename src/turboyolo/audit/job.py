@@ -10,8 +10,9 @@ them); ``--predictions`` scores the predictions of an earlier audit again.
 
 The run directory receives ``label_issues.csv`` and ``image_ranking.csv`` (worst first,
 :mod:`turboyolo.formats.issues`), ``predictions.json`` (COCO results of the out-of-sample predictions,
-``image_ids.json`` naming their images), ``audit.yaml`` (the settings, the folds and the times) and
-``folds/`` (each fold's lists and training run). The audit reads label files and never writes one.
+``image_ids.json`` naming their images), ``sheet_<kind>.jpg`` (the worst rows of each kind, drawn),
+``audit.yaml`` (the settings, the folds and the times) and ``folds/`` (each fold's lists and training
+run). The audit reads label files and never writes one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import yaml
 
 from turboyolo.audit.scores import ImageEvidence, ImageScore, score_all
+from turboyolo.audit.sheet import draw_sheet
 from turboyolo.boxes import cxcywh_to_xyxy
 from turboyolo.data.decode import load_image
 from turboyolo.data.scan import Sample, scan_dataset
@@ -44,7 +46,9 @@ from turboyolo.train.config import TrainConfig, read_config
 from turboyolo.train.fit import fit
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
-DEFAULT_EPOCHS = 10  # per fold, over the other folds' images
+SHEET_ROWS = 20  # rows drawn on each kind's contact sheet
+SHEET_FLOOR = 0.25  # the lowest score drawn there
+DEFAULT_EPOCHS = 8  # per fold, over the other folds' images
 DEFAULT_BATCH = 8
 
 
@@ -52,7 +56,7 @@ DEFAULT_BATCH = 8
 class AuditArgs:
     """How the out-of-sample predictions are made."""
 
-    folds: int = option(4, "parts the images are cut into; each part is predicted by a model fine-tuned on "
+    folds: int = option(3, "parts the images are cut into; each part is predicted by a model fine-tuned on "
                         "the others (0: --weights predicts every image as it is, for a model that never "
                         "trained on them)", type=int)
     epochs: int | None = option(None, "fine-tuning epochs of each fold's model over the other folds' images "
@@ -211,7 +215,7 @@ def _class_notes(request: AuditRequest, names: list[str]) -> list[str]:
     if request.audit.folds == 0:
         raise FlagError(f"--weights {request.weights}: a model of {model_classes} classes, but "
                         f"{request.data} has {len(names)} ({', '.join(names)}); its predictions cannot "
-                        "check these labels: let the audit fine-tune folds from it (--folds 4)")
+                        "check these labels: let the audit fine-tune folds from it (--folds 3)")
     notes.append(f"note: --weights {request.weights} predicts {model_classes} classes, the data set has "
                  f"{len(names)}: each fold's model learns the data set's classes anew (its class outputs "
                  "start fresh)")
@@ -268,6 +272,11 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
         found, failed = predict_images(weights, cfg, [by_key[key] for key in part], args)
         predictions.update(found)
         skipped += failed
+        if args.folds:
+            took = (time.time() - began) / 60
+            left = (len(parts) - index - 1) * took
+            log(f"fold {index + 1}/{len(parts)}: trained and predicted in {took:.1f} min"
+                + (f"; about {left:.0f} min to go" if left else ""))
     return predictions, skipped, parts, train_seconds
 
 
@@ -376,9 +385,14 @@ def read_predictions(path: str, audited: Audited) -> dict[str, Prediction]:
 def _write_outputs(run_dir: Path, request: AuditRequest, audited: Audited, evidences: list[ImageEvidence],
                    rows: list[LabelIssue], ranking: list[ImageScore], folds_of: dict[str, int],
                    skipped: list[tuple[str, str]]) -> None:
-    """``label_issues.csv``, ``image_ranking.csv``, ``predictions.json`` + ``image_ids.json`` and, when
-    images were left out, ``skipped.txt``."""
+    """``label_issues.csv``, ``image_ranking.csv``, ``predictions.json`` + ``image_ids.json``, a contact
+    sheet of the worst rows of each kind (``sheet_<kind>.jpg``, those scored >= :data:`SHEET_FLOOR`) and,
+    when images were left out, ``skipped.txt``."""
     write_issues(run_dir / ISSUES_NAME, rows, audited.names)
+    for kind in KINDS:
+        worst = [row for row in rows if row.kind == kind and row.score >= SHEET_FLOOR][:SHEET_ROWS]
+        if worst:
+            draw_sheet(run_dir / f"sheet_{kind}.jpg", worst, rows, audited.names)
     with open(run_dir / IMAGES_NAME, "w", newline="", encoding="utf-8", errors="surrogateescape") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", "image", "score", *KINDS, "boxes", "issues", "fold"])

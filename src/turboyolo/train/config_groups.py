@@ -62,8 +62,8 @@ class DataArgs:
                              "(`turboyolo label`, `turboyolo review`): include them as labelled, exclude "
                              "them, or ignore their background (their boxes count, the rest of the image "
                              "gets no 'no object' loss)", choices=UNREVIEWED_CHOICES)
-    drop_suspect: str | None = option(None, "a `turboyolo audit` run directory (or its label_issues.csv): leave "
-                                      "out of training what it flags at --suspect-score or above, as "
+    drop_suspect: str | None = option(None, "a `turboyolo audit` run directory (or its label_issues.csv): "
+                                      "leave out of training what it flags at --suspect-score or above, as "
                                       "--suspect-action says", metavar="AUDIT")
     suspect_score: float = option(0.5, "--drop-suspect: the score from which a box counts as suspect",
                                   type=float)
