@@ -146,12 +146,13 @@ def _inject_image(sample, width: int, height: int, rng: np.random.Generator, spu
         if draw < RATES["missing"]:
             mistakes.append({"kind": "missing", "class": int(cls), "box": box.tolist()})
             continue
-        if draw < RATES["missing"] + RATES["class"] and num_classes > 1:
-            new_cls = int((cls + rng.integers(1, num_classes)) % num_classes)
-            mistakes.append({"kind": "class", "class": new_cls, "box": box.tolist(), "was": int(cls)})
-            rows.append([new_cls, *box])
-            continue
-        if draw < RATES["missing"] + RATES["class"] + RATES["location"]:
+        if draw < RATES["missing"] + RATES["class"]:
+            if num_classes > 1:  # one class: the box stays as it is
+                new_cls = int((cls + rng.integers(1, num_classes)) % num_classes)
+                mistakes.append({"kind": "class", "class": new_cls, "box": box.tolist(), "was": int(cls)})
+                rows.append([new_cls, *box])
+                continue
+        elif draw < RATES["missing"] + RATES["class"] + RATES["location"]:
             moved = _moved(box, width, height, rng)
             if moved is not None:
                 mistakes.append({"kind": "location", "class": int(cls), "box": moved.tolist(),
@@ -160,7 +161,8 @@ def _inject_image(sample, width: int, height: int, rng: np.random.Generator, spu
                 continue
         rows.append([cls, *box])
     for _ in range(spurious):
-        placed = _background_box(np.asarray([r[1:] for r in rows]).reshape(-1, 4), sizes, width, height, rng)
+        taken = np.concatenate([boxes, np.asarray([r[1:] for r in rows]).reshape(-1, 4)])  # dropped ones too
+        placed = _background_box(taken, sizes, width, height, rng)
         if placed is not None:
             cls = int(rng.integers(num_classes))
             mistakes.append({"kind": "spurious", "class": cls, "box": placed.tolist()})

@@ -341,14 +341,15 @@ MAX_DET = 300
 
 
 def evidence_of(sample: Sample, prediction: Prediction) -> ImageEvidence:
-    """A sample's given boxes in pixels beside its predictions."""
+    """A sample's given boxes in pixels beside its predictions (the image by its absolute path, as
+    ``label_issues.csv`` names it for the review and training)."""
     height, width = sample.hw
     labels = np.asarray(sample.labels, np.float64).reshape(-1, 5)
     boxes = cxcywh_to_xyxy(labels[:, 1:5]) * np.array([width, height, width, height])
     preds = np.concatenate([np.asarray(prediction.boxes, np.float64).reshape(-1, 4),
                             np.asarray(prediction.scores, np.float64).reshape(-1, 1),
                             np.asarray(prediction.classes, np.float64).reshape(-1, 1)], 1)
-    return ImageEvidence(str(sample.image), width, height,
+    return ImageEvidence(os.path.abspath(sample.image), width, height,
                          np.concatenate([labels[:, :1], boxes], 1), preds)
 
 
