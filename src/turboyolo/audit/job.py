@@ -188,7 +188,7 @@ def run_audit(request: AuditRequest, log: Callable[[str], None] = print) -> Audi
                  if key in predictions]
     rows, ranking = score_all(evidences, len(audited.names))
     folds_of = {image: index for index, part in enumerate(folds) for image in part}
-    _write_outputs(run_dir, request, audited, evidences, rows, ranking, folds_of, skipped)
+    _write_outputs(run_dir, audited, evidences, rows, ranking, folds_of, skipped)
     minutes = (time.time() - started) / 60
     _write_settings(run_dir, request, folds, minutes, seconds / 60)
     skipped = [*audited.excluded, *skipped]
@@ -383,8 +383,8 @@ def read_predictions(path: str, audited: Audited) -> dict[str, Prediction]:
 
 
 # -------------------------------------------------------------------------------------------- outputs
-def _write_outputs(run_dir: Path, request: AuditRequest, audited: Audited, evidences: list[ImageEvidence],
-                   rows: list[LabelIssue], ranking: list[ImageScore], folds_of: dict[str, int],
+def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidence], rows: list[LabelIssue],
+                   ranking: list[ImageScore], folds_of: dict[str, int],
                    skipped: list[tuple[str, str]]) -> None:
     """``label_issues.csv``, ``image_ranking.csv``, ``predictions.json`` + ``image_ids.json``, a contact
     sheet of the worst rows of each kind (``sheet_<kind>.jpg``, those scored >= :data:`SHEET_FLOOR`) and,
