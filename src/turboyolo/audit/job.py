@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from turboyolo.audit.scores import ImageEvidence, ImageScore, score_all
+from turboyolo.audit.evidence import ImageEvidence
+from turboyolo.audit.scores import ImageScore, score_all
 from turboyolo.audit.sheet import draw_sheet
 from turboyolo.boxes import cxcywh_to_xyxy
 from turboyolo.data.decode import load_image
@@ -396,10 +397,10 @@ def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidenc
             draw_sheet(run_dir / f"sheet_{kind}.jpg", worst, rows, audited.names)
     with open(run_dir / IMAGES_NAME, "w", newline="", encoding="utf-8", errors="surrogateescape") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["rank", "image", "score", *KINDS, "boxes", "issues", "fold"])
+        writer.writerow(["rank", "image", "score", "chance", *KINDS, "boxes", "issues", "fold"])
         for rank, item in enumerate(ranking, start=1):
             fold = folds_of.get(os.path.realpath(item.image))
-            writer.writerow([rank, item.image, f"{item.score:.4f}",
+            writer.writerow([rank, item.image, f"{item.score:.4f}", f"{item.chance:.4f}",
                              *(f"{item.kinds[kind]:.4f}" for kind in KINDS), item.boxes, item.issues,
                              "" if fold is None else fold + 1])
     results, ids = [], {}
