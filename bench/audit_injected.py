@@ -8,7 +8,10 @@
    out-of-sample predictions of an earlier audit of the same copy (then only the scoring runs again).
 3. The same predictions and labels go to cleanlab (`bench/cleanlab_side.py`, run by the Python of
    `--cleanlab-python`, its own venv: cleanlab is never imported here): `get_label_quality_scores`,
-   `find_label_issues` and the per-box scores of its object-detection module.
+   `find_label_issues` and the per-box scores of its object-detection module; once as they are, once
+   with the confidences divided by the median confidence of the predictions that match a label (clipped
+   at 1): cleanlab's fixed thresholds (0.95 "sure", 0.5 "unsure") expect a detector's softmax-like
+   scores, and YOLO's objectness x class score rarely passes 0.95.
 4. Average precision, per kind, of each ranking at finding the injected mistakes: **box level**, the
    boxes ranked by the method's score for that kind (ours: the rows of that kind in label_issues.csv;
    cleanlab: its overlooked / swap / badloc box scores, badloc also for spurious), a missing box found
@@ -49,6 +52,7 @@ RATES = {"missing": 0.10, "class": 0.05, "location": 0.05}
 SPURIOUS_RATE = 0.03
 KINDS = ("missing", "class", "location", "spurious")
 CLEANLAB_PYTHON = "/work/venvs/cleanlab/bin/python"
+STRETCH = 0.5  # cleanlab's second run: confidences / their median over the predictions that match a label
 
 
 # ------------------------------------------------------------------------------------------- injection
@@ -263,9 +267,23 @@ def _image_level(ranking: dict[str, float], truth: list[dict]) -> dict[tuple[str
     return out
 
 
-def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str
+def stretch_factor(evidences, quantile: float) -> float:
+    """The confidence below which ``quantile`` of the predictions that match a label of their class lie:
+    dividing by it puts the detector's confidences on the scale cleanlab's fixed thresholds expect (it
+    treats >= 0.95 as sure and < 0.5 as unsure; YOLO's objectness x class rarely passes 0.95)."""
+    matched = []
+    for ev in evidences:
+        ious = ev.ious()
+        if ious.size:
+            hit = ((ious >= 0.5) & (ev.preds[:, 5:6] == ev.labels[None, :, 0])).any(1)
+            matched.append(ev.preds[hit, 4])
+    return float(np.quantile(np.concatenate(matched), quantile))
+
+
+def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str, stretch: float | None = None
                       ) -> tuple[dict[tuple[str, str], tuple[float, int]], str]:
-    """The same (level, kind) table for cleanlab fed the audit's predictions and the copy's labels."""
+    """The same (level, kind) table for cleanlab fed the audit's predictions and the copy's labels; with
+    ``stretch`` (a quantile), the confidences divided by :func:`stretch_factor` first (clipped at 1)."""
     from turboyolo.audit.job import collect, evidence_of, read_predictions
 
     audited = collect(data)
@@ -273,8 +291,10 @@ def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str
     evidences = [evidence_of(s, predictions[os.path.realpath(s.image)]) for s in audited.samples
                  if os.path.realpath(s.image) in predictions]
     num_classes = len(audited.names)
+    factor = stretch_factor(evidences, stretch) if stretch else 1.0
     images, pred_rows = [], []
     for ev in evidences:
+        ev.preds[:, 4] = np.minimum(ev.preds[:, 4] / factor, 1.0)
         per_class = [ev.preds[ev.preds[:, 5] == k][:, :5].tolist() for k in range(num_classes)]
         images.append({"bboxes": ev.labels[:, 1:5].tolist(), "labels": ev.labels[:, 0].astype(int).tolist(),
                        "predictions": per_class})
@@ -303,8 +323,9 @@ def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str
     out.update(_image_level({key: 1 - q for key, q in zip(keys, result["quality"])}, truth))
     flagged = {key for key, flag in zip(keys, result["issues"]) if flag}
     holding = {os.path.realpath(t["image"]) for t in truth if t["mistakes"]}
-    note = (f"cleanlab {result['version']} find_label_issues flags {len(flagged)} of {len(keys)} images: "
-            f"{len(flagged & holding)} hold an injected mistake ({len(holding)} do)")
+    note = (f"cleanlab {result['version']}{f' (confidences / {factor:.3f})' if stretch else ''} "
+            f"find_label_issues flags {len(flagged)} of {len(keys)} images: {len(flagged & holding)} hold an "
+            f"injected mistake ({len(holding)} do)")
     return out, note
 
 
@@ -330,17 +351,20 @@ def run(args: argparse.Namespace) -> int:
     minutes = report.minutes if not args.predictions else float("nan")
     ours = evaluate_ours(report.run_dir, truth)
     theirs, note = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python)
+    stretched, note2 = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, STRETCH)
     print(f"\n{Path(args.data).name}, seed {args.seed}: {counts}; audit {minutes:.1f} min "
-          f"({time.time() - started:.0f} s this call); {note}\n")
-    print("| level | kind | injected | turboyolo audit AP | cleanlab AP |\n|---|---|---|---|---|")
+          f"({time.time() - started:.0f} s this call); {note}; {note2}\n")
+    print("| level | kind | injected | turboyolo audit AP | cleanlab AP | cleanlab AP, confidences "
+          "stretched |\n|---|---|---|---|---|---|")
     for key in sorted(ours, key=lambda k: (k[0] != "box", (*KINDS, "any").index(k[1]))):
-        print(f"| {key[0]} | {key[1]} | {ours[key][1]} | {ours[key][0]:.3f} | {theirs[key][0]:.3f} |")
+        print(f"| {key[0]} | {key[1]} | {ours[key][1]} | {ours[key][0]:.3f} | {theirs[key][0]:.3f} | "
+              f"{stretched[key][0]:.3f} |")
     if args.record:
-        _record(args, ours, theirs, minutes)
+        _record(args, {"turboyolo": ours, "cleanlab": theirs, "cleanlab-stretched": stretched}, minutes)
     return 0
 
 
-def _record(args, ours, theirs, minutes) -> None:
+def _record(args, tables: dict, minutes) -> None:
     import csv
     import datetime
 
@@ -350,7 +374,7 @@ def _record(args, ours, theirs, minutes) -> None:
         writer = csv.DictWriter(handle, FIELDS)
         if new:
             writer.writeheader()
-        for method, table in (("turboyolo", ours), ("cleanlab", theirs)):
+        for method, table in tables.items():
             for (level, kind), (ap, positives) in table.items():
                 writer.writerow({"date": datetime.datetime.now().isoformat(timespec="minutes"),
                                  "machine": machine(), "data": Path(args.data).name, "seed": args.seed,
