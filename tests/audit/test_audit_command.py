@@ -172,3 +172,19 @@ def test_folds_predict_every_image_from_a_model_that_never_saw_it(tmp_path, caps
     assert np.all(np.diff([row.score for row in issues]) <= 0)
     assert _files(tmp_path / "data") == before
     assert "fold 3/3" in capsys.readouterr().out
+
+
+def test_folds_0_predicts_with_the_weights_as_they_are_and_warns_when_they_saw_these_labels(tmp_path, capsys):
+    data = make_dataset(tmp_path / "data", num_train=4, num_val=2, num_classes=2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2, batch=2)
+    assert main(["train", "--cfg", str(cfg), "--data", str(data), "--epochs", "1", "--workers", "0",
+                 "--evaluation-interval", "0", "--project", str(tmp_path / "runs")]) == 0
+    checkpoint = tmp_path / "runs" / "exp" / "weights" / "last.pt"
+    capsys.readouterr()
+    assert main(["audit", "--data", str(data), "--weights", str(checkpoint), "--folds", "0",
+                 "--project", str(tmp_path / "audits")]) == 0
+    out = capsys.readouterr().out
+    assert f"--weights {checkpoint} was trained on {data} itself" in out
+    assert "--folds 0" in out and "audit: 6 images" in out
+    assert not (tmp_path / "audits" / "exp" / "folds").exists()
+    assert len(json.loads((tmp_path / "audits" / "exp" / "image_ids.json").read_text())) == 6

@@ -40,9 +40,9 @@ from turboyolo.formats.datasets import load_data_config, write_darknet_data
 from turboyolo.formats.issues import IMAGES_NAME, ISSUES_NAME, KINDS, LabelIssue, write_issues
 from turboyolo.formats.labels import write_names
 from turboyolo.infer.predict import Prediction, Predictor
-from turboyolo.model.loading import resolve_model
+from turboyolo.model.loading import is_checkpoint, read_checkpoint, resolve_model
 from turboyolo.options import RunDirArgs, device_option, option, require
-from turboyolo.rundir import check_outside, removed_if_empty
+from turboyolo.rundir import check_outside, removed_if_empty, same_file
 from turboyolo.train.config import TrainConfig, read_config
 from turboyolo.train.fit import fit
 
@@ -170,7 +170,7 @@ def run_audit(request: AuditRequest, log: Callable[[str], None] = print) -> Audi
     started = time.time()
     args = request.audit
     audited = collect(request.data)
-    notes = _class_notes(request, audited.names)
+    notes = _notes(request, audited.names)
     for note in notes:
         log(note)
     check_outside(Path(request.run_dir.project or "runs/audit") / request.run_dir.name,
@@ -201,15 +201,18 @@ def _keyed(samples: list[Sample]):
     return ((os.path.realpath(sample.image), sample) for sample in samples)
 
 
-def _class_notes(request: AuditRequest, names: list[str]) -> list[str]:
-    """What the class count and the model's own classes mean for this audit (refused where they cannot
-    work: ``--folds 0`` with a model of other classes)."""
+def _notes(request: AuditRequest, names: list[str]) -> list[str]:
+    """What the class count, the model's own classes and where it trained mean for this audit (refused
+    where they cannot work: ``--folds 0`` with a model of other classes)."""
     notes = []
     if len(names) == 1:
         notes.append(f"note: one class ({names[0]!r}): no box can have the wrong class, so the audit looks "
                      "for missing, badly located and spurious boxes only")
     if request.audit.predictions:
         return notes
+    seen = _trained_on_this(request)
+    if seen:
+        notes.append(seen)
     model_classes = _model_classes(request)
     if model_classes is None or model_classes == len(names):
         return notes
@@ -221,6 +224,23 @@ def _class_notes(request: AuditRequest, names: list[str]) -> list[str]:
                  f"{len(names)}: each fold's model learns the data set's classes anew (its class outputs "
                  "start fresh)")
     return notes
+
+
+def _trained_on_this(request: AuditRequest) -> str | None:
+    """A warning when ``--weights`` is a checkpoint of a run on this very data set: a model that saw the
+    labels has learnt their mistakes, and folds fine-tuned from it keep much of that."""
+    weights = request.weights
+    if not weights or not Path(weights).is_file() or not is_checkpoint(weights):
+        return None
+    try:
+        trained = str((read_checkpoint(weights).get("config") or {}).get("data") or "")
+    except (TurboYoloError, OSError, AttributeError):
+        return None  # the trainer names what is wrong with the file
+    if not trained or not same_file(trained, request.data):
+        return None
+    return (f"warning: --weights {weights} was trained on {request.data} itself: it has seen these labels "
+            "(and learnt their mistakes), so folds fine-tuned from it find fewer; start from weights that "
+            "did not train on them (e.g. yolov3-tiny, the COCO weights)")
 
 
 def _model_classes(request: AuditRequest) -> int | None:
