@@ -12,7 +12,9 @@ The run directory receives ``label_issues.csv`` and ``image_ranking.csv`` (worst
 :mod:`turboyolo.formats.issues`), ``predictions.json`` (COCO results of the out-of-sample predictions,
 ``image_ids.json`` naming their images), ``sheet_<kind>.jpg`` (the worst rows of each kind, drawn),
 ``audit.yaml`` (the settings, the folds and the times) and ``folds/`` (each fold's lists and training
-run). The audit reads label files and never writes one.
+run, :mod:`turboyolo.audit.folds`). An audit stopped part way loses no finished fold: the same command
+again with ``--exist-ok`` keeps each fold's predictions, or continues its training, when they are of the
+same images and settings. The audit reads label files and never writes one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ import numpy as np
 import yaml
 
 from turboyolo.audit.evidence import ImageEvidence
+from turboyolo.audit.folds import (
+    DEFAULT_BATCH,
+    DEFAULT_EPOCHS,
+    Fold,
+    earlier_training,
+    fold_parts,
+    kept_predictions,
+    save_predictions,
+    train_config,
+    train_fold,
+)
 from turboyolo.audit.scores import ImageScore, score_all
 from turboyolo.audit.sheet import draw_sheet
 from turboyolo.boxes import cxcywh_to_xyxy
@@ -36,21 +49,17 @@ from turboyolo.data.decode import load_image
 from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.errors import DataError, FlagError, TurboYoloError, printable
 from turboyolo.formats.darknet_cfg import YoloSpec
-from turboyolo.formats.datasets import load_data_config, write_darknet_data
+from turboyolo.formats.datasets import load_data_config
 from turboyolo.formats.issues import IMAGES_NAME, ISSUES_NAME, KINDS, LabelIssue, write_issues
 from turboyolo.formats.labels import write_names
 from turboyolo.infer.predict import Prediction, Predictor
 from turboyolo.model.loading import is_checkpoint, read_checkpoint, resolve_model
 from turboyolo.options import RunDirArgs, device_option, option, require
 from turboyolo.rundir import check_outside, removed_if_empty, same_file
-from turboyolo.train.config import TrainConfig, read_config
-from turboyolo.train.fit import fit
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
 SHEET_ROWS = 20  # rows drawn on each kind's contact sheet
 SHEET_FLOOR = 0.25  # the lowest score drawn there
-DEFAULT_EPOCHS = 8  # per fold, over the other folds' images
-DEFAULT_BATCH = 8
 
 
 @dataclass
@@ -259,80 +268,50 @@ def _model_classes(request: AuditRequest) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------- predictions
-def fold_parts(samples: list[Sample], folds: int, seed: int) -> list[list[str]]:
-    """The images (real paths) cut into ``folds`` parts of near-equal size, shuffled by ``seed``."""
-    keys = sorted(os.path.realpath(s.image) for s in samples)
-    order = np.random.default_rng(seed).permutation(len(keys))
-    return [[keys[i] for i in order[k::folds]] for k in range(folds)]
-
-
 def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callable[[str], None]
              ) -> tuple[dict[str, Prediction], list[tuple[str, str]], list[list[str]], float]:
     """Every image's out-of-sample predictions (by real path), the images skipped with their reasons, the
-    folds and the training seconds."""
+    folds and the training seconds. A fold finished by an earlier call into this run directory is kept
+    (:mod:`turboyolo.audit.folds`)."""
     args = request.audit
     by_key = dict(_keyed(audited.samples))
     if args.folds == 0:
         log(f"--folds 0: {request.weights} predicts every image as it is (no fine-tuning)")
-        parts = [sorted(by_key)]
-    else:
-        parts = fold_parts(audited.samples, min(args.folds, len(by_key)), args.seed)
-        write_names(run_dir / "folds" / "classes.names", audited.names)
+        found, failed = predict_images(request.weights, request.cfg, list(by_key.values()), args)
+        return found, failed, [sorted(by_key)], 0.0
+    parts = fold_parts(list(by_key), min(args.folds, len(by_key)), args.seed)
+    names_file = run_dir / "folds" / "classes.names"
+    write_names(names_file, audited.names)
     predictions: dict[str, Prediction] = {}
     skipped: list[tuple[str, str]] = []
     train_seconds = 0.0
     for index, part in enumerate(parts):
-        weights, cfg = request.weights, request.cfg
-        if args.folds:
-            others = [key for k, other in enumerate(parts) if k != index for key in other]
-            began = time.time()
-            log(f"fold {index + 1}/{len(parts)}: fine-tuning on {len(others)} images, then predicting the "
-                f"{len(part)} held out")
-            weights, cfg = _train_fold(request, run_dir, index, others, part, audited.names), None
+        began = time.time()
+        others = [key for k, other in enumerate(parts) if k != index for key in other]
+        fold = Fold(run_dir, index, others, part)
+        config = train_config(fold, args, request.cfg, request.weights)
+        why_not = earlier_training(fold, config)
+        kept = kept_predictions(fold, args) if why_not is None else None
+        if kept is not None:
+            log(f"fold {index + 1}/{len(parts)}: its predictions are kept from an earlier call "
+                f"({fold.folder / 'predictions.json'}: same images and settings)")
+            found, failed = kept
+        else:
+            if why_not is not None:
+                log(f"fold {index + 1}/{len(parts)}: fine-tuning on {len(fold.train)} images, then "
+                    f"predicting the {len(part)} held out")
+            weights = train_fold(fold, config, why_not, names_file, args, log)
             train_seconds += time.time() - began
-        found, failed = predict_images(weights, cfg, [by_key[key] for key in part], args)
+            found, failed = predict_images(weights, None, [by_key[key] for key in part], args)
+            save_predictions(fold, args, found, failed)
+            took = (time.time() - began) / 60
+            left = (len(parts) - index - 1) * took if why_not is not None else 0  # a continued fold: no guide
+            log(f"fold {index + 1}/{len(parts)}: trained and predicted in {took:.1f} min"
+                + (f"; about {left:.0f} min to go (stopped? the same command with --exist-ok keeps the "
+                   "finished folds)" if left else ""))
         predictions.update(found)
         skipped += failed
-        if args.folds:
-            took = (time.time() - began) / 60
-            left = (len(parts) - index - 1) * took
-            log(f"fold {index + 1}/{len(parts)}: trained and predicted in {took:.1f} min"
-                + (f"; about {left:.0f} min to go" if left else ""))
     return predictions, skipped, parts, train_seconds
-
-
-def _train_fold(request: AuditRequest, run_dir: Path, index: int, train: list[str], held_out: list[str],
-                names: list[str]) -> str:
-    """Fine-tune fold ``index``'s model on ``train`` (the trainer, as ``turboyolo train`` runs it); returns
-    its checkpoint (the EMA weights of its last iteration)."""
-    args = request.audit
-    folder = run_dir / "folds" / f"fold{index + 1}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train.txt").write_text("".join(f"{key}\n" for key in train), encoding="utf-8",
-                                      errors="surrogateescape")
-    (folder / "held_out.txt").write_text("".join(f"{key}\n" for key in held_out), encoding="utf-8",
-                                         errors="surrogateescape")
-    data = write_darknet_data(folder / "fold.data", len(names), folder / "train.txt", folder / "held_out.txt",
-                              run_dir / "folds" / "classes.names")
-    base = read_config(args.config) if args.config else {}
-    options = {"epochs": args.epochs or base.get("epochs") or DEFAULT_EPOCHS,
-               "batch": args.batch or base.get("batch") or DEFAULT_BATCH, "seed": args.seed,
-               "device": args.device,
-               "evaluation_interval": 0, "checkpoint_interval": 0, "project": str(folder), "name": "train",
-               "exist_ok": True}
-    if not args.batch and "batch" in base:
-        options.pop("batch")  # the recipe's batch with its subdivisions
-    else:
-        options["subdivisions"] = 1
-    if args.img_size:
-        options["img_size"] = args.img_size
-    if args.workers is not None:
-        options["workers"] = args.workers
-    config = TrainConfig.build(request.cfg or "", str(data), request.weights, base=base, **options)
-    result = fit(config, quiet=not args.verbose)
-    checkpoint = result.run_dir / "weights" / "last.pt"
-    (result.run_dir / "weights" / "last.weights").unlink(missing_ok=True)  # last.pt holds the same
-    return str(checkpoint)
 
 
 def predict_images(weights: str, cfg: str | None, samples: list[Sample], args: AuditArgs
