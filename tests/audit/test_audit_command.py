@@ -8,8 +8,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -111,15 +109,15 @@ def test_one_class_is_said_and_audited_without_class_mistakes(tmp_path, capsys):
     assert not [row for row in read_issues(tmp_path / "runs" / "exp") if row.kind == "class"]
 
 
-def test_a_data_set_without_labels_is_refused_with_the_fix(tmp_path):
+def test_a_data_set_without_labels_is_refused_with_the_fix(tmp_path, capsys):
     images = make_image_folder(tmp_path / "data", count=4)
     for label in (tmp_path / "data" / "labels").iterdir():
         label.unlink()
-    result = subprocess.run([sys.executable, "-m", "turboyolo", "audit", "--data", str(images[0].parent),
-                             "--weights", "nothing.weights", "--project", str(tmp_path / "runs")],
-                            capture_output=True, text=True)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "no image has a label file with boxes" in result.stderr and "turboyolo label" in result.stderr
+    assert main(["audit", "--data", str(images[0].parent), "--weights", "nothing.weights", "--project",
+                 str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("turboyolo audit: error: ") and "Traceback" not in err
+    assert "no image has a label file with boxes" in err and "turboyolo label" in err
     assert not (tmp_path / "runs").exists()
 
 
@@ -145,7 +143,27 @@ def test_bad_values_name_their_flag(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_each_image_is_predicted_once_by_a_fold_that_did_not_train_on_it(tmp_path, capsys, fakes):
+    """The folds' plumbing with the trainer and the model faked (fast): every image is predicted once,
+    by the checkpoint of a fold whose training list does not hold it."""
+    trainer, predictor = fakes
+    data = make_dataset(tmp_path / "data", num_train=8, num_val=5, num_classes=2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2)
+    assert main(["audit", "--data", str(data), "--cfg", str(cfg), "--folds", "3", "--project",
+                 str(tmp_path / "runs")]) == 0
+    folds = tmp_path / "runs" / "exp" / "folds"
+    assert [name for _, name in trainer.calls] == ["fold1", "fold2", "fold3"]
+    assert sorted(predictor.predicted) == sorted(set(predictor.predicted)) and len(predictor.predicted) == 13
+    for image, checkpoint in predictor.by.items():
+        fold = Path(checkpoint).parents[2]
+        assert fold.parent == folds and image not in (fold / "train.txt").read_text().split()
+        assert image in (fold / "held_out.txt").read_text().split()
+    assert "fold 3/3" in capsys.readouterr().out
+
+
 @pytest.mark.slow
+@pytest.mark.full(covered_by="tests/audit/test_audit_command.py::"
+                  "test_each_image_is_predicted_once_by_a_fold_that_did_not_train_on_it")
 def test_folds_predict_every_image_from_a_model_that_never_saw_it(tmp_path, capsys):
     data = make_dataset(tmp_path / "data", num_train=8, num_val=4, num_classes=2)
     cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2, batch=4, learning_rate=0.003,

@@ -7,68 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from synth import make_dataset, make_image_folder, micro_cfg
 from turboyolo.audit import folds as folds_module
-from turboyolo.audit import job as job_module
 from turboyolo.cli import main
 from turboyolo.formats.issues import read_issues
-from turboyolo.infer.predict import Prediction
 from turboyolo.model.loading import read_checkpoint
-
-
-class FakeTrainer:
-    """Stands in for the trainer: a "checkpoint" holding the fold's config, and a record of each call;
-    ``cut_at`` (a fold folder name) raises KeyboardInterrupt there after its checkpoint is written, as a
-    session cut in the middle of that fold's training would."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, str]] = []
-        self.cut_at: str | None = None
-
-    def __call__(self, config, quiet=True):
-        if config.resume:
-            self.calls.append(("resume", Path(config.resume).parents[2].name))
-            return None
-        folder = Path(config.output.project)
-        self.calls.append(("new", folder.name))
-        checkpoint = folder / config.output.name / "weights" / "last.pt"
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"config": config.as_dict()}, checkpoint)
-        if folder.name == self.cut_at:
-            raise KeyboardInterrupt("session cut")
-        return None
-
-
-class FakePredictor:
-    """Stands in for the fold's model: sees every label of the image (confidence 0.9)."""
-
-    def __init__(self):
-        self.predicted: list[str] = []
-
-    def __call__(self, weights, cfg, samples, args):
-        found = {}
-        for sample in samples:
-            height, width = sample.hw
-            labels = np.asarray(sample.labels, np.float64).reshape(-1, 5)
-            cx, cy, w, h = (labels[:, k] for k in range(1, 5))
-            boxes = np.stack([(cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width,
-                              (cy + h / 2) * height], 1)
-            key = str(Path(sample.image).resolve())
-            found[key] = Prediction(boxes, np.full(len(boxes), 0.9), labels[:, 0].astype(int), width, height)
-            self.predicted.append(key)
-        return found, []
-
-
-@pytest.fixture
-def fakes(monkeypatch):
-    trainer, predictor = FakeTrainer(), FakePredictor()
-    monkeypatch.setattr(folds_module, "fit", trainer)
-    monkeypatch.setattr(job_module, "predict_images", predictor)
-    return trainer, predictor
 
 
 def test_a_rerun_keeps_the_finished_folds_and_continues_the_cut_one(tmp_path, capsys, fakes):
@@ -132,6 +77,8 @@ def test_a_rerun_with_other_settings_or_images_trains_anew_and_says_why(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.full(covered_by="tests/audit/test_audit_resume.py::"
+                  "test_a_rerun_keeps_the_finished_folds_and_continues_the_cut_one")
 def test_a_fold_cut_in_its_training_continues_from_its_checkpoint(tmp_path, capsys, monkeypatch):
     """The real trainer: fold 2 stopped after one iteration, the rerun continues that checkpoint to the
     end of its epochs instead of starting over, and fold 1 keeps its weights and predictions."""

@@ -10,10 +10,10 @@ import pytest
 
 from review.test_review_browser import Page, browser, close, wait_for  # noqa: F401 (the browser fixture)
 from review.test_review_server import request
+from synth import read_labels
 from turboyolo.cli import main
 from turboyolo.data.autolabels import label_status
 from turboyolo.formats.issues import LabelIssue, write_issues
-from turboyolo.formats.labels import read_yolo_labels
 
 A, B = (400, 300), (430, 320)  # (width, height) of a.jpg and b.jpg (conftest.make_review_set)
 
@@ -80,15 +80,15 @@ def test_one_key_takes_each_fix_and_saves_it_as_reviewed(browser, review_set, st
 
     page.keys("y")  # the worst one: the cat becomes a dog, saved
     wait_for(browser, "window.review.S.status == 'reviewed' && window.review.S.selIssue == 1")
-    until(lambda: read_yolo_labels(label)[0, 0] == 1)
-    close(read_yolo_labels(label).tolist(), [[1, 0.25, 0.25, 0.2, 0.2], [1, 0.75, 0.75, 0.2, 0.2]])
+    until(lambda: read_labels(label)[0, 0] == 1)
+    close(read_labels(label).tolist(), [[1, 0.25, 0.25, 0.2, 0.2], [1, 0.75, 0.75, 0.2, 0.2]])
     assert label_status(label) == "reviewed"
     assert len(browser.find_elements("css selector", ".box.issue")) == 1  # the fixed one is gone
 
     page.keys("y")  # the bird nobody boxed is added, saved
     until(lambda: len(label.read_text().splitlines()) == 3)
     assert not browser.find_elements("css selector", ".box.issue")
-    close(read_yolo_labels(label).tolist(), [[1, 0.25, 0.25, 0.2, 0.2], [1, 0.75, 0.75, 0.2, 0.2],
+    close(read_labels(label).tolist(), [[1, 0.25, 0.25, 0.2, 0.2], [1, 0.75, 0.75, 0.2, 0.2],
                                              [2, 0.75, 0.25, 0.2, 0.2]])
     assert label_status(label) == "reviewed" and not list(label.parent.glob(".*.tmp"))
 

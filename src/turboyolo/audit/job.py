@@ -54,7 +54,7 @@ from turboyolo.formats.issues import IMAGES_NAME, ISSUES_NAME, KINDS, LabelIssue
 from turboyolo.formats.labels import write_names
 from turboyolo.infer.predict import Prediction, Predictor
 from turboyolo.model.loading import is_checkpoint, read_checkpoint, resolve_model
-from turboyolo.options import RunDirArgs, device_option, option, require
+from turboyolo.options import RunDirArgs, check_img_size, device_option, img_size_option, option, require
 from turboyolo.rundir import check_outside, removed_if_empty, same_file
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
@@ -71,8 +71,7 @@ class AuditArgs:
                         "trained on them)", type=int)
     epochs: int | None = option(None, "fine-tuning epochs of each fold's model over the other folds' images "
                                 f"(default: the --config recipe's, else {DEFAULT_EPOCHS})", type=int)
-    img_size: int | None = option(None, "network input side of training and prediction (default: the "
-                                  "cfg's, or the --config recipe's)", type=int)
+    img_size: int | None = img_size_option("the cfg's, or the --config recipe's; for training and prediction")
     batch: int | None = option(None, "images per training iteration (default: the --config recipe's, else "
                                f"{DEFAULT_BATCH})", type=int)
     conf_thres: float = option(0.01, "lowest confidence of a prediction kept as evidence", type=float)
@@ -88,8 +87,7 @@ class AuditArgs:
     def __post_init__(self) -> None:
         require(self.folds == 0 or self.folds >= 2, f"--folds must be 0 or at least 2, got {self.folds}")
         require(self.epochs is None or self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
-        require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
-                "--img-size must be a multiple of 32")
+        check_img_size(self.img_size)
         require(self.batch is None or self.batch >= 1, f"--batch must be >= 1, got {self.batch}")
         require(0 <= self.conf_thres < 1, f"--conf-thres must be in [0, 1), got {self.conf_thres}")
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 import argparse
 
 from turboyolo.audit.job import GROUPS, AuditRequest, run_audit
-from turboyolo.cli import add_model_flags
-from turboyolo.options import add_flags, read_flags
+from turboyolo.options import add_flags, add_input_flags, read_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser)
-    parser.add_argument("-d", "--data", required=True, help="a .data, data.yaml or image folder with labels")
+    add_input_flags(parser, "cfg", "weights", "data", required=("data",))
     add_flags(parser, GROUPS)
 
 
