@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("export", "export", "export a network to ONNX (raw, decoded or with NMS), checked with onnxruntime"),
     ("label", "label", "auto-label images without labels from a model's detections, with a review list"),
     ("review", "review", "check and correct labels in the browser (model-made first), saved as reviewed"),
+    ("audit", "audit", "find likely label mistakes (missing, wrong class, badly located, spurious boxes)"),
     ("convert", "convert", "import Pascal VOC XML or COCO JSON labels into YOLO format"),
     ("prepare", "prepare", "decode every image once into the prepared cache (pre-resized uint8)"),
     ("bench", "bench", "measure the data pipeline: images/s and per core, cold and warm, hand-off"),

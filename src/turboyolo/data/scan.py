@@ -103,6 +103,7 @@ class ScanResult:
     human: int = 0  # the other label files (drawn or edited by a person, or from elsewhere)
     unreviewed: list[str] = field(default_factory=list)  # images whose labels are model-made, unreviewed
     unreviewed_rule: str = ""  # what the split did with them (`turboyolo train --unreviewed`), when not kept
+    suspect_rule: str = ""  # what `turboyolo train --drop-suspect` left out of the split (data/suspects.py)
     listed_again: dict[str, int] = field(default_factory=dict)  # image -> further entries of it in the list
     bad_label_lines: int = 0  # label lines that could not be used (their images are excluded)
     split: str = ""
@@ -131,6 +132,8 @@ class ScanResult:
         if self.model_made or self.reviewed:
             line += (f", label files: {self.human} human, {self.reviewed} reviewed, {self.model_made} "
                      f"model-made (not yet reviewed{self.unreviewed_rule})")
+        if self.suspect_rule:
+            line += f", {self.suspect_rule}"
         if self.warnings:
             line += f", {len(self.warnings)} warnings"
         if self.cached:

@@ -30,7 +30,8 @@ from turboyolo.formats.datasets import label_path_for, list_images, load_data_co
 from turboyolo.formats.labels import format_yolo_rows, parse_yolo_labels
 from turboyolo.formats.text import decode_text
 
-ORDERS = ("review", "name", "unreviewed", "disagree")
+ORDERS = ("review", "name", "unreviewed", "disagree", "issues")
+SCORED = ("disagree", "issues")  # orders of the images a score names, highest first
 # the review order without a review.csv: what most needs a person first
 _STATUS_RANK = {"model": 0, "none": 1, "human": 2, "reviewed": 3}
 
@@ -128,15 +129,16 @@ class ReviewSet:
             folder, read_manifest(folder))
         return label_status(item.label, manifest)
 
-    def listing(self, order: str = "review", disagreement: dict[str, float] | None = None) -> list[dict]:
+    def listing(self, order: str = "review", scores: dict[str, float] | None = None) -> list[dict]:
         """The items in ``order`` (:data:`ORDERS`), each ``{key, name, status}``; ``unreviewed``: only the
-        model-made and unlabelled ones; ``disagree``: only those the model disagrees with, most first."""
+        model-made and unlabelled ones; ``disagree`` and ``issues``: only the images ``scores`` (key ->
+        score) gives a score above 0, highest first (the model's disagreement, an audit's suspicion)."""
         manifests: dict[Path, dict] = {}
         rows = [(item, self.status(item, manifests)) for item in self.items]
         if order == "name":
             rows.sort(key=lambda row: str(row[0].image))
-        elif order == "disagree":
-            scores = disagreement or {}
+        elif order in SCORED:
+            scores = scores or {}
             rows = [row for row in rows if scores.get(row[0].key, 0.0) > 0]
             rows.sort(key=lambda row: (-scores[row[0].key], row[0].rank))
         elif not self.from_review_csv:

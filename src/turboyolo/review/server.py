@@ -27,10 +27,11 @@ value checked, 400 naming the field). A request that breaks something unforeseen
 its traceback printed in the terminal; the server goes on.
 
 Routes (:data:`ROUTES`): ``/`` the page, ``/static/<app.js|app.css>``, ``/api/session``,
-``/api/list?order=``, ``/api/labels/<key>`` (GET; POST ``{"rows": [...], "base": sha1}``: 200, 409 on
-a conflict), ``/image/<key>?side=`` (a reduced JPEG). A new route is one :class:`Route` line and one
-``answer_<name>(request)`` method of :class:`Handler`: the guard above applies to it unchanged (a POST
-gets its JSON body checked and parsed as ``request.body``).
+``/api/list?order=``, ``/api/labels/<key>`` (GET, with the model's boxes and an audit's suspected boxes
+when given; POST ``{"rows": [...], "base": sha1}``: 200, 409 on a conflict; every write, an audit's fix
+included, is this one save), ``/image/<key>?side=`` (a reduced JPEG). A new route is one :class:`Route`
+line and one ``answer_<name>(request)`` method of :class:`Handler`: the guard above applies to it
+unchanged (a POST gets its JSON body checked and parsed as ``request.body``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from turboyolo.errors import FlagError, OutputError, TurboYoloError, printable
 from turboyolo.options import CONF_THRES, option, require
 from turboyolo.review.images import ModelBoxes, ReducedImages
+from turboyolo.review.issues import Suspicions
 from turboyolo.review.items import ORDERS, Conflict, ReviewSet, disagreement
 
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
@@ -73,9 +75,13 @@ class ReviewArgs:
                        "reach the page (the token is still needed)")
     port: int = option(0, "port (0: a free one)", type=int)
     no_browser: bool = option(False, "only print the URL, do not open a browser", action="store_true")
-    order: str = option("review", "first order of the images (the page can change it): review (review.csv, "
-                        "else model-made first), name, unreviewed, disagree (needs --weights)",
-                        choices=ORDERS)
+    order: str | None = option(None, "first order of the images (the page can change it): review "
+                               "(review.csv, else model-made first; the default), name, unreviewed, disagree "
+                               "(needs --weights), issues (needs --issues; the default with it)",
+                               choices=ORDERS)
+    issues: str | None = option(None, "a `turboyolo audit` run directory (or its label_issues.csv): its "
+                                "suspected boxes drawn with their kind, their images first (worst first), "
+                                "each fix one key away", metavar="AUDIT")
     split: str = option("all", "which images of a data file", choices=("all", "train", "val", "unlabeled"))
     side: int = option(1600, "longer side of the pictures sent to the page (0: full size; zooming in past "
                        "it loads the full size)", type=int)
@@ -85,36 +91,49 @@ class ReviewArgs:
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, f"--port must be 0..65535, got {self.port}")
         require(self.side >= 0, f"--side must be >= 0, got {self.side}")
-        require(self.order in ORDERS, f"--order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        require(self.order is None or self.order in ORDERS,
+                f"--order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        require(self.order != "issues" or bool(self.issues),
+                "--order issues needs --issues <a `turboyolo audit` run directory>")
 
 
 @dataclass
 class ReviewApp:
-    """What the handler needs: the images, the pictures, the model's boxes (optional), the token, and
-    the addresses a request may name (:func:`make_server` fills ``port`` and ``hosts``)."""
+    """What the handler needs: the images, the pictures, the model's boxes and an audit's suspicions
+    (optional), the token, and the addresses a request may name (:func:`make_server` fills ``port``
+    and ``hosts``)."""
 
     review: ReviewSet
     args: ReviewArgs
     images: ReducedImages
     model: ModelBoxes | None = None
+    suspicions: Suspicions | None = None
     token: str = field(default_factory=lambda: secrets.token_urlsafe(18))
     saved: int = 0
     port: int = 0
     hosts: frozenset[str] = frozenset()  # host names a request may carry (lower case, IPv6 in brackets)
     any_ip: bool = False  # bound to every address: any IP address is this machine's too
 
+    @property
+    def order(self) -> str:
+        """The first order: ``--order``, else issues with ``--issues``, else review."""
+        return self.args.order or ("issues" if self.suspicions is not None else "review")
+
     def session(self) -> dict:
         return {"names": self.review.names, "source": printable(self.review.source), "orders": ORDERS,
-                "order": self.args.order, "model": self.model is not None, "side": self.args.side,
-                "progress": self.review.progress()}
+                "order": self.order, "model": self.model is not None, "side": self.args.side,
+                "issues": self.suspicions is not None, "progress": self.review.progress()}
 
     def listing(self, order: str) -> dict:
-        if order not in ORDERS or (order == "disagree" and self.model is None):
+        if (order not in ORDERS or (order == "disagree" and self.model is None)
+                or (order == "issues" and self.suspicions is None)):
             order = "review"
         scores = None
         if order == "disagree":  # files that are links out of the data set are not read
             scores = {item.key: disagreement(self.review.read(item).rows, self.model.get(item.image))
                       for item in self.review.items if self.review.find(item.key) is not None}
+        elif order == "issues":
+            scores = {item.key: self.suspicions.score(item.image) for item in self.review.items}
         items = self.review.listing(order, scores)
         ahead = (self.review.find(row["key"]) for row in items[:3])
         self.images.warm([item.image for item in ahead if item is not None], self.args.side)
@@ -353,6 +372,8 @@ class Handler(BaseHTTPRequestHandler):
         state = self.app.review.read(item).as_json()
         if self.app.model is not None:
             state["predictions"] = self.app.model.get(item.image)
+        if self.app.suspicions is not None:
+            state["issues"] = self.app.suspicions.for_page(item.image)
         self._json(state)
 
     def answer_save(self, request: Request) -> None:
@@ -464,7 +485,7 @@ def serve(app: ReviewApp, log: Callable[[str], None] = print) -> int:
     Returns how many saves the session made."""
     server = make_server(app)
     url = url_of(server, app)
-    app.listing(app.args.order)  # the first pictures are made while the browser starts
+    app.listing(app.order)  # the first pictures are made while the browser starts
     if app.args.host not in LOCAL_HOSTS:
         log(f"warning: --host {app.args.host}: other machines that reach this address can open the review "
             "(with the token of the URL) and change label files")
@@ -474,6 +495,11 @@ def serve(app: ReviewApp, log: Callable[[str], None] = print) -> int:
         f"{progress['none']} without labels")
     for problem in app.review.unwritable()[:3]:
         log(f"warning: {problem}: its labels are shown, saving them is refused")
+    if app.suspicions is not None:
+        shown = sum(1 for item in app.review.items if app.suspicions.score(item.image) > 0)
+        log(f"audit {printable(app.suspicions.source)}: {shown} of these images hold a suspected box"
+            + ("" if shown else "; none of its images is one of this review's: was the audit of this data "
+                                 "set?"))
     log(f"open {url}  (Ctrl-C stops)")
     if not app.args.no_browser:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
@@ -493,4 +519,5 @@ def open_review(data: str | Path, args: ReviewArgs, predict: Callable | None = N
     """The app for ``data`` (:meth:`ReviewSet.open`); ``predict``: a :class:`ModelBoxes` function."""
     review = ReviewSet.open(data, args.split)
     model = ModelBoxes(predict, args.side) if predict is not None else None
-    return ReviewApp(review, args, ReducedImages(cache), model)
+    suspicions = Suspicions.read(args.issues) if args.issues else None
+    return ReviewApp(review, args, ReducedImages(cache), model, suspicions)

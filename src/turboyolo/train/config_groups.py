@@ -13,6 +13,7 @@ import argparse
 from dataclasses import dataclass
 
 from turboyolo.data.scan import UNREVIEWED_CHOICES
+from turboyolo.data.suspects import SUSPECT_ACTIONS
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.formats.darknet_cfg import parse_anchor_list
 from turboyolo.options import (
@@ -61,6 +62,15 @@ class DataArgs:
                              "(`turboyolo label`, `turboyolo review`): include them as labelled, exclude "
                              "them, or ignore their background (their boxes count, the rest of the image "
                              "gets no 'no object' loss)", choices=UNREVIEWED_CHOICES)
+    drop_suspect: str | None = option(None, "a `turboyolo audit` run directory (or its label_issues.csv): "
+                                      "leave out of training what it flags at --suspect-score or above, as "
+                                      "--suspect-action says", metavar="AUDIT")
+    suspect_score: float = option(0.5, "--drop-suspect: the score from which a box counts as suspect",
+                                  type=float)
+    suspect_action: str = option("image", "--drop-suspect: image (leave out every training image holding a "
+                                 "suspect box) or box (drop the suspect boxes; an image that lost one, or "
+                                 "holds a suspect missing box, gets no 'no object' loss)",
+                                 choices=SUSPECT_ACTIONS)
 
     def check(self) -> None:
         check_img_size(self.img_size)
@@ -69,6 +79,9 @@ class DataArgs:
         _require(self.workers is None or self.workers >= 0, "--workers must be >= 0")
         _require(self.unreviewed in UNREVIEWED_CHOICES,
                  f"--unreviewed must be one of {', '.join(UNREVIEWED_CHOICES)}, got {self.unreviewed!r}")
+        _require(0 <= self.suspect_score <= 1, f"--suspect-score must be in [0, 1], got {self.suspect_score}")
+        _require(self.suspect_action in SUSPECT_ACTIONS,
+                 f"--suspect-action must be one of {', '.join(SUSPECT_ACTIONS)}, got {self.suspect_action!r}")
 
 
 @dataclass

@@ -83,6 +83,8 @@ def _not_darknet_step(config: TrainConfig, state: TrainState, device: torch.devi
         (bool(loss_fn.label_smoothing), "--label-smoothing"),
         (tuple(loss_fn.gains) != (1.0, 1.0, 1.0), "loss gains"),
         (config.data_args.unreviewed == "ignore", "--unreviewed ignore"),
+        (bool(config.data_args.drop_suspect) and config.data_args.suspect_action == "box",
+         "--drop-suspect with --suspect-action box"),
     ]
     return [why for failed, why in checks if failed]
 

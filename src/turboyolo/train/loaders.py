@@ -19,6 +19,8 @@ from turboyolo.data.cache import default_cache_root, prepare_cache
 from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, ScanResult, apply_unreviewed, scan_dataset, write_scan_report
+from turboyolo.data.suspects import apply_suspects
+from turboyolo.formats.issues import read_issues
 from turboyolo.train.config import TrainConfig
 from turboyolo.train.engines import darknet_loader
 from turboyolo.train.resolve import ResolvedRun
@@ -45,8 +47,12 @@ class RunData:
 
 def scan_splits(config: TrainConfig) -> tuple[ScanResult, ScanResult]:
     """Both splits of ``config.data`` scanned (val with the training split's names), ``--unreviewed``
-    applied to the training split: what a run's start scans, once."""
+    applied to the training split (and ``--drop-suspect``): what a run's start scans, once."""
     train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
+    args = config.data_args
+    if args.drop_suspect:  # what an audit flags (turboyolo audit): left out of training, never of evaluation
+        apply_suspects(train_scan, read_issues(args.drop_suspect, "--drop-suspect"), args.suspect_score,
+                       args.suspect_action)
     return train_scan, scan_dataset(config.data, "val", train_scan.names)
 
 

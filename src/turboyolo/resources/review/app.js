@@ -12,8 +12,8 @@ const COLORS = ["#4caf50", "#03a9f4", "#e91e63", "#ffeb3b", "#9c27b0", "#ff5722"
 const $ = (id) => document.getElementById(id);
 const S = {
   names: [], items: [], index: 0, order: "review", side: 1600, model: false,
-  rows: [], loaded: "[]", base: null, status: "none", error: null, preds: [], disk: null,
-  selected: -1, selPred: -1, cls: 0, undo: [], zoom: 1, panX: 0, panY: 0, fit: 1, full: false,
+  rows: [], loaded: "[]", base: null, status: "none", error: null, preds: [], disk: null, issues: [],
+  hasIssues: false, selIssue: -1, selected: -1, selPred: -1, cls: 0, undo: [], zoom: 1, panX: 0, panY: 0, fit: 1, full: false,
   drag: null, busy: false,
 };
 // what the bench and the tests read: when each picture was on screen (ms since the page started)
@@ -44,10 +44,11 @@ const current = () => S.items[S.index];
 
 async function start() {
   const session = await getJSON("/api/session");
-  Object.assign(S, { names: session.names, side: session.side, model: session.model, order: session.order });
+  Object.assign(S, { names: session.names, side: session.side, model: session.model, order: session.order,
+    hasIssues: session.issues });
   const select = $("order");
   for (const order of session.orders) {
-    if (order === "disagree" && !S.model) continue;
+    if ((order === "disagree" && !S.model) || (order === "issues" && !S.hasIssues)) continue;
     select.add(new Option(order, order, false, order === S.order));
   }
   select.onchange = () => { select.blur(); loadList(select.value); };
@@ -82,8 +83,9 @@ async function show(index) {
   const state = await getJSON(`/api/labels/${keyPath(item.key)}`);
   if (item !== current()) return;  // the person moved on meanwhile
   S.rows = state.rows; S.loaded = JSON.stringify(state.rows); S.base = state.sha1; S.status = state.status;
-  S.error = state.error; S.preds = state.predictions || []; S.disk = null;
+  S.error = state.error; S.preds = state.predictions || []; S.disk = null; S.issues = state.issues || [];
   S.selected = -1; S.selPred = -1; S.undo = []; S.full = false;
+  S.selIssue = openIssues()[0] ?? -1;
   say(state.error);
   $("photo").src = url(`/image/${keyPath(item.key)}`, { side: S.side });
   $("pos").textContent = `${S.index + 1} / ${S.items.length}`;
@@ -161,6 +163,9 @@ function render() {
     layer.append(div);
   });
   if (S.disk) S.disk.rows.forEach((row, k) => layer.append(boxDiv(row, "disk", k)));
+  openIssues().forEach((k) => {
+    for (const div of issueDivs(S.issues[k], k)) layer.append(div);
+  });
   S.rows.forEach((row, k) => {
     const div = boxDiv(row, "label", k);
     if (k === S.selected) {
@@ -295,6 +300,7 @@ function onKey(event) {
     Enter: () => acceptNext(), " ": () => acceptNext(), ArrowRight: () => go(1), n: () => go(1),
     ArrowLeft: () => go(-1), p: () => go(-1), Delete: () => remove(), Backspace: () => remove(),
     x: () => remove(), z: () => undo(), a: () => acceptPrediction(), s: () => save(), f: () => fit(),
+    y: () => takeFix(), i: () => nextIssue(),
     Tab: () => nextBox(event.shiftKey ? -1 : 1), Escape: () => { S.selected = S.selPred = -1; render(); },
     "+": () => zoomCenter(1.25), "=": () => zoomCenter(1.25), "-": () => zoomCenter(0.8),
   };
@@ -346,6 +352,61 @@ function acceptPrediction() {
   }
   if (k < 0) { say("no model box left to accept", "info"); return; }
   change(() => { S.rows.push(S.preds[k].slice(0, 5)); S.selected = S.rows.length - 1; S.selPred = -1; });
+}
+
+// ---- an audit's suspected boxes (turboyolo review --issues): drawn with their kind, each fix one key away
+const KIND_COLORS = { missing: "#00e676", class: "#ffea00", location: "#ff9100", spurious: "#ff1744" };
+// the label an audit row is about: its class and (nearly) its box; -1 once fixed, edited or deleted
+function issueRow(issue) {
+  let best = -1, bestIoU = 0.9;
+  S.rows.forEach((row, k) => {
+    const overlap = iou(row, [issue.cls, ...issue.box]);
+    if (row[0] === issue.cls && overlap >= bestIoU) { best = k; bestIoU = overlap; }
+  });
+  return best;
+}
+function isOpen(issue) {
+  if (issue.kind === "missing") return S.rows.every((row) => iou(row, [0, ...issue.suggested_box]) < 0.5);
+  return issueRow(issue) >= 0;
+}
+function openIssues() { return S.issues.map((issue, k) => k).filter((k) => isOpen(S.issues[k])); }
+function issueDivs(issue, k) {
+  const where = issue.kind === "missing" ? issue.suggested_box : S.rows[issueRow(issue)].slice(1);
+  const div = boxDiv([issue.cls, ...where], "issue", k);
+  div.style.setProperty("--color", KIND_COLORS[issue.kind]);
+  div.classList.add(issue.kind);
+  if (k === S.selIssue) div.classList.add("selected");
+  const change = issue.kind === "class" ? `: ${className(issue.cls)} → ${className(issue.suggested_cls)}`
+    : issue.kind === "missing" ? `: ${className(issue.suggested_cls)}` : "";
+  div.querySelector(".tag").textContent = `${issue.kind} ${issue.score.toFixed(2)}${change}` +
+    (k === S.selIssue ? " · y: fix" : "");
+  const divs = [div];
+  if (issue.kind === "location") {
+    const suggestion = boxDiv([issue.cls, ...issue.suggested_box], "suggest", k);
+    suggestion.querySelector(".tag").textContent = "suggested";
+    divs.push(suggestion);
+  }
+  return divs;
+}
+function nextIssue() {
+  const open = openIssues();
+  if (!open.length) { say("no suspected box left on this image", "info"); return; }
+  S.selIssue = open[(open.indexOf(S.selIssue) + 1) % open.length];
+  render();
+}
+// the selected suspected box's fix (else the worst one's), then the one save, as every edit
+async function takeFix() {
+  const open = openIssues();
+  const k = open.includes(S.selIssue) ? S.selIssue : open[0];
+  if (k === undefined) { say("no suspected box left on this image", "info"); return; }
+  const issue = S.issues[k], row = issueRow(issue);
+  change(() => {
+    if (issue.kind === "missing") { S.rows.push([issue.suggested_cls, ...issue.suggested_box]); S.selected = S.rows.length - 1; }
+    else if (issue.kind === "class") { S.rows[row][0] = issue.suggested_cls; S.selected = row; }
+    else if (issue.kind === "location") { S.rows[row] = [S.rows[row][0], ...issue.suggested_box]; S.selected = row; }
+    else { S.rows.splice(row, 1); S.selected = -1; }
+  });
+  if (await save()) { S.selIssue = openIssues()[0] ?? -1; render(); }
 }
 
 // ---- saving: never over a file that changed on disk since it was read; one save at a time, in order
