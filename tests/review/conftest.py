@@ -41,6 +41,12 @@ def make_review_set(root: Path, size=(300, 400)) -> Path:
     return root / "images"
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """The server started as from a terminal, where Ctrl-C stops it: a test run started in the
+    background (``make test &``, nohup, some CI shells) ignores SIGINT, and that would pass to the server."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class ReviewProcess:
     """A running ``turboyolo review DATA --no-browser``: its URL, token and output."""
 
@@ -48,7 +54,8 @@ class ReviewProcess:
         env = {**os.environ, "TURBOYOLO_CACHE": str(cache)}
         self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "turboyolo", "review", str(data),
                                       "--no-browser", *flags], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
+                                     stderr=subprocess.STDOUT, text=True, env=env,
+                                     preexec_fn=_ctrl_c_as_in_a_terminal)
         self.lines: list[str] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
