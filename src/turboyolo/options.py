@@ -8,7 +8,8 @@ absent from the parsed namespace (``argparse.SUPPRESS``): the dataclass default 
 
 The fields several commands share are declared here too (:func:`device_option`, :func:`amp_option`,
 :class:`RunDirArgs`), as are the detection thresholds every detector entry point defaults to
-(:data:`CONF_THRES`, :data:`NMS_THRES`: Darknet's ``detector test`` values).
+(:data:`CONF_THRES`, :data:`NMS_THRES`: Darknet's ``detector test`` values) and the caps of every
+detector's NMS (:data:`MAX_DET`, :data:`MAX_CANDIDATES`, as COCO and Ultralytics).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from turboyolo.rundir import next_run_dir
 
 CONF_THRES = 0.25  # Darknet's -thresh of `darknet detector test`
 NMS_THRES = 0.45  # Darknet's nms of `darknet detector test`
+MAX_DET = 300  # detections kept per image after NMS (COCO's maxDets, Ultralytics' max_det)
+MAX_CANDIDATES = 30000  # boxes per image NMS may examine, the best-scoring first (Ultralytics' max_nms)
 
 
 def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | None = None,

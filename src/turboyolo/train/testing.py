@@ -14,7 +14,7 @@ from turboyolo.errors import ConfigError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
-from turboyolo.options import amp_option, device_option, option, require
+from turboyolo.options import MAX_CANDIDATES, MAX_DET, amp_option, device_option, option, require
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import (
     BACKENDS,
@@ -44,10 +44,14 @@ class TestArgs:
                                       type=float)
     nms_thres: float | None = option(None, "IoU of per-class NMS (default: a checkpoint's, else "
                                      f"{EVAL_NMS_THRES})", type=float)
-    max_det: int = option(300, "detections kept per image", type=int)
+    max_det: int = option(MAX_DET, "detections kept per image, the best-scoring (AP sees these)", type=int)
+    max_candidates: int = option(MAX_CANDIDATES, "boxes x classes per image that NMS examines, the "
+                                 "best-scoring first", type=int)
     device: str = device_option()
     amp: str = amp_option()
-    backend: str = option("pycocotools", "the COCO evaluator computing AP", choices=BACKENDS)
+    backend: str = option("builtin", "what computes COCO's AP: builtin (vectorised, pycocotools' matching "
+                          "and accumulation), pycocotools (the official numbers) or faster-coco-eval",
+                          choices=BACKENDS)
     rect: bool = option(False, "batches of similar aspect ratio, each letterboxed to its own rectangle",
                         action="store_true")
     verbose: bool = option(False, "accepted (the table is always printed)", "-v", "--verbose",
@@ -61,6 +65,7 @@ class TestArgs:
         require(self.nms_thres is None or 0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
         require(self.batch_size >= 1, "--batch-size must be >= 1")
         require(self.max_det >= 1, "--max-det must be >= 1")
+        require(self.max_candidates >= 1, "--max-candidates must be >= 1")
 
 
 @dataclass
@@ -89,8 +94,8 @@ class TestReport:
     names: list[str]
 
     def summary(self) -> str:
-        """The per-class table, then the two mAPs."""
-        return f"{self.result.table(self.names)}\n{self.result.headline()}"
+        """The per-class table, the two mAPs, where an NMS cap bit, and the time split."""
+        return "\n".join([self.result.table(self.names), self.result.headline(), *self.result.notes()])
 
 
 def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None) -> TestReport:
@@ -132,7 +137,8 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     amp_dtype = amp_dtype_for(device, options.amp)
     model = model.inference_copy_for(device, autocast=amp_dtype)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         **thresholds, max_det=options.max_det, amp_dtype=amp_dtype, backend=options.backend)
+                         **thresholds, max_det=options.max_det, max_candidates=options.max_candidates,
+                         amp_dtype=amp_dtype, backend=options.backend)
     if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
         log(loader.dropped_summary())
     return TestReport(result, names)
