@@ -158,8 +158,8 @@ def test_blocks_match_one_nms_call():
     probs = image[:, 4:5] * image[:, 5:]
     box, classes = (probs > 0.05).nonzero(as_tuple=True)
     candidates, scores = cxcywh_to_xyxy(image[:, :4])[box], probs[box, classes]
-    assert len(scores) > 3 * MIN_BLOCK
-    for max_det in (1, 7, 50, len(boxes)):  # blocks of MIN_BLOCK: several below len(boxes)
+    assert len(boxes) > 4 * MIN_BLOCK
+    for max_det in (1, 7, 50, 2 * MIN_BLOCK, len(boxes)):  # blocks of 64, 128, ...: several below len(boxes)
         keep, _, _ = capped_nms(candidates, scores, classes, 0.3, max_det=max_det, max_candidates=None)
         assert torch.equal(candidates[keep], boxes[:max_det])
 

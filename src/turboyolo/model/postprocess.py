@@ -26,8 +26,7 @@ from torchvision.ops import box_iou, nms
 from turboyolo.boxes import Letterbox, clip_xyxy, cxcywh_to_xyxy, pairwise_diou
 from turboyolo.options import MAX_CANDIDATES, MAX_DET
 
-BLOCK_PER_DET = 4  # candidates per block of the plain NMS, per detection kept (max_det)
-MIN_BLOCK = 1000
+MIN_BLOCK = 64  # candidates in the first block of the plain NMS (max_det if more); each next one doubles
 
 
 def cell_grid(height: int, width: int, device=None) -> torch.Tensor:
@@ -145,14 +144,25 @@ class CapCounts:
         return f"caps: {'; '.join(parts)}" if parts else ""
 
 
-def class_offset_boxes(boxes: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+def class_offset_boxes(boxes: torch.Tensor, classes: torch.Tensor,
+                       span: torch.Tensor | None = None) -> torch.Tensor:
     """``boxes`` (float64) moved by class so that boxes of two classes never overlap: one NMS call is then
     per-class NMS for any box count (torchvision's ``batched_nms`` loops over the classes above a
-    count). The shift spans every coordinate, negative ones too; float64 keeps the IoUs those of the
-    float32 boxes."""
+    count). ``span``: more than the extent of every coordinate (negative ones too) of all the boxes that
+    will be compared (default: these boxes'); float64 keeps the IoUs those of the float32 boxes."""
     boxes = boxes.double()
-    span = boxes.max() - boxes.min() + 1 if len(boxes) else boxes.new_tensor(1.0)
+    if span is None:
+        span = boxes.max() - boxes.min() + 1 if len(boxes) else boxes.new_tensor(1.0)
     return boxes + classes.double()[:, None] * span
+
+
+def best_first(scores: torch.Tensor, count: int) -> torch.Tensor:
+    """Indices of the ``count`` best ``scores``, best first, equal scores in input order (a stable sort
+    of the scores, cut), sorting only the scores at or above the ``count``-th best."""
+    if count >= len(scores):
+        return scores.argsort(descending=True, stable=True)
+    chosen = (scores >= scores.topk(count).values[-1]).nonzero().flatten()
+    return chosen[scores[chosen].argsort(descending=True, stable=True)][:count]
 
 
 def capped_nms(
@@ -166,27 +176,32 @@ def capped_nms(
     """Per-class NMS (``torchvision.ops.batched_nms``'s result) under the two caps.
 
     Returns the kept indices, best score first (ties in input order), and whether ``max_det`` and
-    ``max_candidates`` changed the result (see :class:`CapCounts`). Blocks of candidates in score order:
-    the boxes of a block that a kept box suppresses go, the rest get NMS among themselves.
+    ``max_candidates`` changed the result (see :class:`CapCounts`). Blocks of candidates in score order,
+    each twice the last: the boxes of a block that a kept box suppresses go, the rest get NMS among
+    themselves.
     """
     total = len(scores)
-    order = scores.argsort(descending=True, stable=True)[:max_candidates]
-    shifted, ranked = class_offset_boxes(boxes, classes), scores.double()
-    block = len(order) if max_det is None else max(BLOCK_PER_DET * max_det, MIN_BLOCK)
+    limit = total if max_candidates is None else min(total, max_candidates)
+    block = limit if max_det is None else max(max_det, MIN_BLOCK)
+    order = scores.new_zeros(0, dtype=torch.long)
+    span = boxes.max().double() - boxes.min().double() + 1 if total else None
     kept: list[torch.Tensor] = []
     found = examined = 0
-    for start in range(0, len(order), max(block, 1)):
-        index = order[start : start + block]
-        examined = start + len(index)
+    while examined < limit:
+        if examined + block > len(order):
+            order = best_first(scores, min(examined + block, limit))
+        index = order[examined : examined + block]
+        examined, block = examined + len(index), 2 * block
+        shifted = class_offset_boxes(boxes[index], classes[index], span)
         if kept:
             prior = torch.cat(kept)
-            index = index[~(box_iou(shifted[index], shifted[prior]) > iou_thres).any(1)]
-        index = index[nms(shifted[index], ranked[index], iou_thres)]
-        kept.append(index)
-        found += len(index)
+            near = box_iou(shifted, class_offset_boxes(boxes[prior], classes[prior], span)) > iou_thres
+            index, shifted = index[~near.any(1)], shifted[~near.any(1)]
+        kept.append(index[nms(shifted, scores[index].double(), iou_thres)])
+        found += len(kept[-1])
         if max_det is not None and found >= max_det:
             break
-    keep = torch.cat(kept) if kept else order[:0]
+    keep = torch.cat(kept) if kept else order
     full = max_det is not None and found >= max_det
     return keep[:max_det], full and (found > max_det or examined < total), examined < total and not full
 
