@@ -10,7 +10,11 @@ docs/PERFORMANCE.md):
   ``data.yaml`` for turboyolo and an ``ultra.yaml`` for Ultralytics (train = val: only val runs);
 - ``models``: two yolov3-tiny checkpoints at 320 px, 80 classes, random init: ``everywhere.pt``
   (objectness and class biases +2: every anchor a confident box of every class, 120,000 candidates per
-  image, what the first evaluations of a run can see) and ``few.pt`` (objectness bias -7: a handful);
+  image, what the first evaluations of a run can see) and ``few.pt`` (only the coarse head's largest
+  anchor and class 0 fire: about 10 detections per image after NMS);
+- ``phases``: in one process per source tree (this one and ``--old-src``), one thread, the CPU seconds
+  of each phase of the evaluation loop on the first ``--old-subset`` images (loading with no workers,
+  inference, decode + NMS with 300 per image, the metric phase with the tree's default backend);
 - ``test``: ``python -m turboyolo test`` on the split (``--subset N``: its first N images), one fresh
   process, with the source tree ``--src``; its wall and CPU seconds (the process and its loader
   workers, ``wait4``), peak RSS, and the ``speed:`` / ``caps:`` lines it printed;
@@ -87,14 +91,18 @@ def models(out: Path) -> None:
     from turboyolo.model.zoo import make_spec
 
     spec = make_spec("yolov3-tiny", num_classes=CLASSES, width=IMG_SIZE, height=IMG_SIZE)
-    for name, objectness, classes in (("everywhere", 2.0, 2.0), ("few", -7.0, 0.0)):
+    for name in ("everywhere", "few"):
         torch.manual_seed(0)
         model = Darknet(spec)
         with torch.no_grad():
-            for index, layer in enumerate(model.layers):
-                if index + 1 < len(model.layers) and type(model.layers[index + 1]).__name__ == "YoloLayer":
-                    bias = layer.conv.bias.view(-1, 5 + CLASSES)
-                    bias[:, 4], bias[:, 5:] = objectness, classes
+            for index, head in enumerate(model.heads):
+                bias = model.layers[head.layer_index - 1].conv.bias.view(-1, 5 + CLASSES)
+                if name == "everywhere":  # objectness and every class ~0.88 on every anchor
+                    bias[:, 4:] = 2.0
+                else:  # only the largest anchor of the coarse head, class 0: heavily overlapping boxes
+                    bias[:, 4:] = -10.0
+                    if index == 0:
+                        bias[-1, 4:6] = 3.0
         torch.save({"model": model.state_dict(), "cfg_text": format_cfg(spec)}, out / f"{name}.pt")
 
 
@@ -179,6 +187,61 @@ def run_metrics(backend: str, src: Path, images: int, per_image: int) -> dict:
     return {**json.loads(lines[-1]), "process_cpu_s": result["cpu_s"]} if lines else result
 
 
+def phases_child(weights: str, data: str) -> None:
+    """In a fresh process: CPU seconds per phase of ``turboyolo.train.engine.evaluate``'s loop, done by
+    hand with the tree on PYTHONPATH, one thread (on a loaded machine a second thread's spinning would
+    count as work); prints JSON."""
+    import torch
+
+    torch.set_num_threads(1)
+
+    from turboyolo.boxes import Letterbox
+    from turboyolo.data.loader import move_to_device
+    from turboyolo.data.pipeline import build_loader
+    from turboyolo.data.scan import scan_dataset
+    from turboyolo.formats.darknet_cfg import parse_cfg_text
+    from turboyolo.model.loading import build_model, read_checkpoint
+    from turboyolo.model.postprocess import decode, nms_options, postprocess
+    from turboyolo.train.metrics import evaluate_detections
+
+    spec = parse_cfg_text(read_checkpoint(Path(weights))["cfg_text"], weights)
+    model = build_model(spec, Path(weights)).inference_copy_for(torch.device("cpu"))
+    scan = scan_dataset(data, "val")
+    loader = build_loader(scan.samples, img_size=IMG_SIZE, batch_size=BATCH, augment=None, workers=0,
+                          shuffle=False)
+    labels = {str(s.image): s.labels for s in scan.samples}
+    cpu = {"loading": 0.0, "inference": 0.0, "nms": 0.0}
+    dets, gts, sizes = [], [], []
+    batches, mark = iter(loader), time.process_time()
+    with torch.no_grad():
+        for images, _, metas in batches:
+            now = time.process_time()
+            cpu["loading"] += now - mark
+            outputs = model(move_to_device(images, "cpu"))
+            mark = time.process_time()
+            cpu["inference"] += mark - now
+            boxes = [Letterbox.from_meta(m) for m in metas]
+            found = postprocess(decode(outputs, model.heads), 0.001, 0.5, multi_label=True, max_det=300,
+                                letterboxes=boxes, **nms_options(model.heads))
+            dets += [d.numpy() for d in found]
+            gts += [labels[str(m.path)] for m in metas]
+            sizes += [tuple(m.orig_hw) for m in metas]
+            now = time.process_time()
+            cpu["nms"] += now - mark
+            mark = now
+    evaluate_detections(dets, gts, sizes, CLASSES, conf_thres=0.1)
+    cpu["metrics"] = time.process_time() - mark
+    print(json.dumps({"images": len(dets), "detections": int(sum(len(d) for d in dets)),
+                      **{f"{k}_cpu_s": v for k, v in cpu.items()}}))
+
+
+def run_phases(weights: Path, data: Path, src: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    result = timed([sys.executable, __file__, "phases-child", str(weights), str(data)], env)
+    lines = [line for line in result["output"].splitlines() if line.startswith("{")]
+    return {**json.loads(lines[-1]), "process_cpu_s": result["cpu_s"]} if lines else result
+
+
 ULTRA = """
 import sys
 from ultralytics import YOLO
@@ -213,8 +276,8 @@ def row(name: str, r: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("all", "generate", "models", "test", "metrics", "metrics-child",
-                                         "ultralytics"))
+    parser.add_argument("step", choices=("all", "generate", "models", "phases", "test", "metrics",
+                                         "metrics-child", "phases-child", "ultralytics"))
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("/tmp/evalscale"))
     parser.add_argument("--images", type=int, default=5000)
@@ -226,6 +289,9 @@ def main() -> None:
     if args.step == "metrics-child":
         metrics_child(args.rest[0], int(args.rest[1]), int(args.rest[2]))
         return
+    if args.step == "phases-child":
+        phases_child(*args.rest)
+        return
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.json"
@@ -236,7 +302,8 @@ def main() -> None:
         results_file.write_text(json.dumps(results, indent=1))
         print(key, json.dumps({k: v for k, v in value.items() if k != "output"}), flush=True)
 
-    steps = ("generate", "models", "test", "metrics", "ultralytics") if args.step == "all" else (args.step,)
+    steps = ("generate", "models", "phases", "test", "metrics", "ultralytics") if args.step == "all" else (
+        args.step,)
     steps = [s for s in steps if s not in args.skip]
     if "generate" in steps and not (out / "data.yaml").exists():
         started = time.perf_counter()
@@ -244,6 +311,11 @@ def main() -> None:
         print(f"generated {args.images} images in {time.perf_counter() - started:.0f} s", flush=True)
     if "models" in steps:
         models(out)
+    if "phases" in steps:
+        for tree, src in (("new", SRC), ("old", args.old_src)):
+            for model in ("everywhere", "few") if src else ():
+                first = subset(out, args.old_subset)
+                record(f"phases {tree} {model}", run_phases(out / f"{model}.pt", first, src))
     if "test" in steps:
         data = out / "data.yaml"
         if args.old_src:
@@ -265,8 +337,16 @@ def main() -> None:
     print("\n| run | images | wall s (CPU s) | wall ms/image | inference / decode+NMS per image, metrics | "
           "detections | caps |\n|---|---|---|---|---|---|---|")
     for key, value in results.items():
-        if not key.startswith("metrics"):
+        if not key.startswith(("metrics", "phases")):
             print(row(key, value))
+    print("\n| CPU per image | detections/image | loading | inference | decode+NMS | metrics |\n"
+          "|---|---|---|---|---|---|")
+    for key, value in results.items():
+        if key.startswith("phases") and "nms_cpu_s" in value:
+            n = max(value["images"], 1)
+            cells = [f"{value[f'{k}_cpu_s'] / n * 1000:.1f} ms"
+                     for k in ("loading", "inference", "nms", "metrics")]
+            print(f"| {key} ({n} images) | {value['detections'] / n:.0f} | {' | '.join(cells)} |")
     print("\n| metric phase, 1.5 M detections | wall s | CPU s | peak RSS MB | mAP50 |\n"
           "|---|---|---|---|---|")
     for key, value in results.items():
