@@ -285,6 +285,7 @@ def main() -> None:
     parser.add_argument("--old-subset", type=int, default=48, help="images of the old code's run")
     parser.add_argument("--ultra-python", help="python of a venv with ultralytics 8.4.190")
     parser.add_argument("--skip", nargs="*", default=[], help="steps of `all` to leave out")
+    parser.add_argument("--only", nargs="*", default=[], help="the `test` runs to do (default: all of them)")
     args = parser.parse_args()
     if args.step == "metrics-child":
         metrics_child(args.rest[0], int(args.rest[1]), int(args.rest[2]))
@@ -317,16 +318,18 @@ def main() -> None:
                 first = subset(out, args.old_subset)
                 record(f"phases {tree} {model}", run_phases(out / f"{model}.pt", first, src))
     if "test" in steps:
-        data = out / "data.yaml"
+        runs = {  # name: (data, weights, source tree)
+            "new everywhere": (out / "data.yaml", "everywhere", SRC),
+            "new few": (out / "data.yaml", "few", SRC),
+        }
         if args.old_src:
-            record("old everywhere subset", run_test(subset(out, args.old_subset), out / "everywhere.pt",
-                                                     args.old_src, []))
-            record("new everywhere subset", run_test(subset(out, args.old_subset), out / "everywhere.pt", SRC,
-                                                     []))
-        record("new everywhere", run_test(data, out / "everywhere.pt", SRC, []))
-        record("new few", run_test(data, out / "few.pt", SRC, []))
-        if args.old_src:
-            record("old few", run_test(data, out / "few.pt", args.old_src, []))
+            first = subset(out, args.old_subset)
+            runs.update({"old everywhere, first images": (first, "everywhere", args.old_src),
+                         "new everywhere, first images": (first, "everywhere", SRC),
+                         "old few": (out / "data.yaml", "few", args.old_src)})
+        for name, (data, weights, src) in runs.items():
+            if not args.only or name in args.only:
+                record(name, run_test(data, out / f"{weights}.pt", src, []))
     if "metrics" in steps:
         for backend in ("builtin", "faster-coco-eval", "pycocotools"):
             record(f"metrics {backend}", run_metrics(backend, SRC, 5000, 300))

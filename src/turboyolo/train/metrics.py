@@ -56,6 +56,11 @@ class EvalTiming:
     nms_s: float = 0.0
     metrics_s: float = 0.0
 
+    def as_dict(self) -> dict[str, float]:
+        per_image = 1000 / max(self.images, 1)
+        return {"inference_ms": self.inference_s * per_image, "nms_ms": self.nms_s * per_image,
+                "loading_ms": self.loading_s * per_image, "metrics_s": self.metrics_s}
+
     def summary(self) -> str:
         per_image = 1000 / max(self.images, 1)
         return (f"speed: {self.inference_s * per_image:.1f} ms inference, {self.nms_s * per_image:.1f} ms "
