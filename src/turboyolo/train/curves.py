@@ -126,10 +126,13 @@ def match_detections(
     return pooled_matches(pool(detections, labels, image_hw, num_classes), iou_thres)
 
 
-def pooled_matches(pooled: Pooled, iou_thres: float = 0.5) -> Matches:
-    """:func:`match_detections` of detections and labels already pooled (:func:`turboyolo.train.ap.pool`)."""
-    det_to_gt, _ = match(pooled, [iou_thres])
-    return Matches(scores=pooled.det_scores, classes=pooled.det_classes, true_positive=det_to_gt[0] >= 0,
+def pooled_matches(pooled: Pooled, iou_thres: float = 0.5,
+                   true_positive: np.ndarray | None = None) -> Matches:
+    """:func:`match_detections` of detections and labels already pooled (:func:`turboyolo.train.ap.pool`);
+    ``true_positive``: the verdicts when a caller matched them already."""
+    if true_positive is None:
+        true_positive = match(pooled, [iou_thres])[0][0] >= 0
+    return Matches(scores=pooled.det_scores, classes=pooled.det_classes, true_positive=true_positive,
                    gt_per_class=pooled.gt_per_class, iou_thres=iou_thres)
 
 

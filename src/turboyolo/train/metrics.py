@@ -267,11 +267,16 @@ def ap_result(ap: np.ndarray, gt_counts: np.ndarray, num_images: int, num_detect
     return result
 
 
-def builtin_evaluate(pooled: Pooled, *, max_det: int = 300) -> EvalResult:
-    """COCO's AP by :mod:`turboyolo.train.ap` on pooled arrays (what ``--backend builtin`` computes)."""
-    det_to_gt, evaluated = match(pooled, IOU_THRESHOLDS, max_det)
-    ap = average_precision(pooled, det_to_gt, evaluated)
-    return ap_result(ap, pooled.gt_per_class, pooled.num_images, len(pooled.det_scores))
+def builtin_evaluate(pooled: Pooled, *, max_det: int = 300,
+                     also_at: float | None = None) -> tuple[EvalResult, np.ndarray | None]:
+    """COCO's AP by :mod:`turboyolo.train.ap` on pooled arrays (what ``--backend builtin`` computes), and
+    with ``also_at`` every detection's verdict at that IoU, matched in the same pass (``None`` where
+    ``max_det`` left detections out of COCO's matching: the verdicts of all of them are not there)."""
+    thresholds = IOU_THRESHOLDS if also_at is None else np.r_[IOU_THRESHOLDS, also_at]
+    det_to_gt, evaluated = match(pooled, thresholds, max_det)
+    ap = average_precision(pooled, det_to_gt[: len(IOU_THRESHOLDS)], evaluated)
+    verdicts = det_to_gt[-1] >= 0 if also_at is not None and evaluated.all() else None
+    return ap_result(ap, pooled.gt_per_class, pooled.num_images, len(pooled.det_scores)), verdicts
 
 
 @contextlib.contextmanager
@@ -333,12 +338,13 @@ def evaluate_detections(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     pooled = pool(detections, labels, image_hw, num_classes)
+    verdicts = None
     if backend == "builtin":
-        result = builtin_evaluate(pooled, max_det=max_det)
+        result, verdicts = builtin_evaluate(pooled, max_det=max_det, also_at=iou_thres)
     else:
         gt = yolo_to_coco_gt(labels, image_hw, num_classes)
         result = coco_evaluate(gt, detections_to_coco(detections), max_det=max_det, backend=backend)
-    matches = pooled_matches(pooled, iou_thres)
+    matches = pooled_matches(pooled, iou_thres, verdicts)
     true_pos, kept = counts_at(matches, conf_thres)
     gt_counts = matches.gt_per_class
     result.conf_thres, result.iou_thres = conf_thres, iou_thres
