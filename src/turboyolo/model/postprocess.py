@@ -149,11 +149,17 @@ def class_offset_boxes(boxes: torch.Tensor, classes: torch.Tensor,
     """``boxes`` (float64) moved by class so that boxes of two classes never overlap: one NMS call is then
     per-class NMS for any box count (torchvision's ``batched_nms`` loops over the classes above a
     count). ``span``: more than the extent of every coordinate (negative ones too) of all the boxes that
-    will be compared (default: these boxes'); float64 keeps the IoUs those of the float32 boxes."""
-    boxes = boxes.double()
+    will be compared (default: these boxes'); float64 keeps the IoUs those of the float32 boxes (float32
+    on MPS, which has no float64)."""
+    boxes = boxes.to(wide(boxes))
     if span is None:
         span = boxes.max() - boxes.min() + 1 if len(boxes) else boxes.new_tensor(1.0)
-    return boxes + classes.double()[:, None] * span
+    return boxes + classes.to(boxes.dtype)[:, None] * span
+
+
+def wide(tensor: torch.Tensor) -> torch.dtype:
+    """float64, where the device has it."""
+    return torch.float32 if tensor.device.type == "mps" else torch.float64
 
 
 def best_first(scores: torch.Tensor, count: int) -> torch.Tensor:
@@ -184,7 +190,7 @@ def capped_nms(
     limit = total if max_candidates is None else min(total, max_candidates)
     block = limit if max_det is None else max(max_det, MIN_BLOCK)
     order = scores.new_zeros(0, dtype=torch.long)
-    span = boxes.max().double() - boxes.min().double() + 1 if total else None
+    span = boxes.max().to(wide(boxes)) - boxes.min().to(wide(boxes)) + 1 if total else None
     kept: list[torch.Tensor] = []
     found = examined = 0
     while examined < limit:
@@ -197,7 +203,7 @@ def capped_nms(
             prior = torch.cat(kept)
             near = box_iou(shifted, class_offset_boxes(boxes[prior], classes[prior], span)) > iou_thres
             index, shifted = index[~near.any(1)], shifted[~near.any(1)]
-        kept.append(index[nms(shifted, scores[index].double(), iou_thres)])
+        kept.append(index[nms(shifted, scores[index].to(shifted.dtype), iou_thres)])
         found += len(kept[-1])
         if max_det is not None and found >= max_det:
             break
