@@ -170,3 +170,19 @@ def test_diou_nms_takes_the_caps_too():
     got = postprocess(decoded, 0.001, 0.5, max_det=5, nms_kind="diounms", caps=caps)[0]
     assert len(got) == 5 and (got[:-1, 4] >= got[1:, 4]).all()
     assert (caps.max_det, caps.candidates) == (1, 0)
+
+
+def test_decode_and_nms_run_on_one_thread_and_give_the_threads_back(monkeypatch):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (seen.append(n), real(n)))
+    try:
+        postprocess(random_decoded(0, 1, 60, 2), 0.25, 0.45)
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+        with pytest.raises(IndexError):  # given back on an error too
+            postprocess(random_decoded(0, 1, 60, 2), 0.25, 0.45, letterboxes=[])
+        assert torch.get_num_threads() == 2
+    finally:
+        real(before)

@@ -16,7 +16,8 @@ quadratic NMS of all of them. :class:`CapCounts` counts the images where a cap c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,17 +70,20 @@ def decode(raw_outputs: Sequence[torch.Tensor], heads) -> torch.Tensor:
     Args:
         raw_outputs: per head ``[B, A, H, W, 5 + C]`` as returned by ``Darknet.forward``.
         heads: the model's ``HeadInfo``s (stride, anchors, ``scale_x_y``, ``new_coords``).
+
+    On the CPU on one intra-op thread, as :func:`postprocess` (:func:`one_thread`).
     """
     decoded = []
-    for raw, head in zip(raw_outputs, heads):
-        batch, num_anchors, height, width, _ = raw.shape
-        raw = raw.float()
-        grid = cell_grid(height, width, raw.device)
-        anchors = head.anchor_tensor(raw.device).view(1, num_anchors, 1, 1, 2)
-        boxes = decode_boxes(raw[..., :4], head, grid, anchors, head.stride)
-        probs = raw[..., 4:] if head.new_coords else raw[..., 4:].sigmoid()
-        decoded.append(torch.cat((boxes, probs), -1).view(batch, -1, raw.shape[-1]))
-    return torch.cat(decoded, 1)
+    with one_thread(raw_outputs[0].device):
+        for raw, head in zip(raw_outputs, heads):
+            batch, num_anchors, height, width, _ = raw.shape
+            raw = raw.float()
+            grid = cell_grid(height, width, raw.device)
+            anchors = head.anchor_tensor(raw.device).view(1, num_anchors, 1, 1, 2)
+            boxes = decode_boxes(raw[..., :4], head, grid, anchors, head.stride)
+            probs = raw[..., 4:] if head.new_coords else raw[..., 4:].sigmoid()
+            decoded.append(torch.cat((boxes, probs), -1).view(batch, -1, raw.shape[-1]))
+        return torch.cat(decoded, 1)
 
 
 def nms_options(heads) -> dict:
@@ -232,34 +236,57 @@ def postprocess(
     ``multi_label=False`` keeps only the best class of each box (what auto-labelling wants).
     ``nms_kind``/``beta_nms``: the cfg's (:func:`nms_options`); DIoU-NMS measures distances relative
     to the original image's size when ``letterboxes`` are given, as Darknet does. ``max_det`` and
-    ``max_candidates``: the caps (``None``: none); ``caps`` counts where they changed the output.
+    ``max_candidates``: the caps (``None``: none); ``caps`` counts where they changed the output. On the
+    CPU on one intra-op thread (:func:`one_thread`).
     """
     if caps is not None:
         caps.max_det_cap, caps.max_candidates_cap = max_det, max_candidates
-    results = []
-    for index, image in enumerate(decoded):
-        boxes, score, class_index = _candidates(image, conf_thres, multi_label, classes)
-        letterbox = letterboxes[index] if letterboxes is not None else None
-        if letterbox is not None:
-            boxes = letterbox.to_original(boxes)
-        if nms_kind == "default":
-            keep, reached, capped = capped_nms(boxes, score, class_index, nms_thres, max_det, max_candidates)
-        else:
-            beta = beta_nms if nms_kind == "diounms" else 0.6
-            size = (letterbox.orig_w, letterbox.orig_h) if letterbox is not None else (1.0, 1.0)
-            best = score.argsort(descending=True, stable=True)[:max_candidates]
-            relative = boxes[best] / boxes.new_tensor(size * 2)
-            keep = best[diou_nms(relative, score[best], class_index[best], nms_thres, beta)]
-            reached = max_det is not None and len(keep) > max_det
-            capped = len(best) < len(score) and (max_det is None or len(keep) < max_det)
-            keep = keep[:max_det]
-        if caps is not None:
-            caps.count(len(score), reached, capped)
-        boxes, score, class_index = boxes[keep], score[keep], class_index[keep]
-        if letterbox is not None:
-            boxes = clip_xyxy(boxes, letterbox.orig_w, letterbox.orig_h)
-        results.append(torch.cat((boxes, score[:, None], class_index[:, None].float()), 1))
-    return results
+    settings = dict(conf_thres=conf_thres, nms_thres=nms_thres, multi_label=multi_label, max_det=max_det,
+                    max_candidates=max_candidates, classes=classes, nms_kind=nms_kind, beta_nms=beta_nms)
+    with one_thread(decoded.device):
+        return [_one_image(image, letterboxes[index] if letterboxes is not None else None, caps, **settings)
+                for index, image in enumerate(decoded)]
+
+
+@contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """One intra-op thread on the CPU: decode and NMS are small operations, where a second thread mostly
+    waits at each one's barrier (on a busy machine, for its turn on a core)."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _one_image(image: torch.Tensor, letterbox: Letterbox | None, caps: CapCounts | None, *, conf_thres: float,
+               nms_thres: float, multi_label: bool, max_det: int | None, max_candidates: int | None,
+               classes: Sequence[int] | None, nms_kind: str, beta_nms: float) -> torch.Tensor:
+    """:func:`postprocess` of one image's decoded rows."""
+    boxes, score, class_index = _candidates(image, conf_thres, multi_label, classes)
+    if letterbox is not None:
+        boxes = letterbox.to_original(boxes)
+    if nms_kind == "default":
+        keep, reached, capped = capped_nms(boxes, score, class_index, nms_thres, max_det, max_candidates)
+    else:
+        beta = beta_nms if nms_kind == "diounms" else 0.6
+        size = (letterbox.orig_w, letterbox.orig_h) if letterbox is not None else (1.0, 1.0)
+        best = score.argsort(descending=True, stable=True)[:max_candidates]
+        relative = boxes[best] / boxes.new_tensor(size * 2)
+        keep = best[diou_nms(relative, score[best], class_index[best], nms_thres, beta)]
+        reached = max_det is not None and len(keep) > max_det
+        capped = len(best) < len(score) and (max_det is None or len(keep) < max_det)
+        keep = keep[:max_det]
+    if caps is not None:
+        caps.count(len(score), reached, capped)
+    boxes, score, class_index = boxes[keep], score[keep], class_index[keep]
+    if letterbox is not None:
+        boxes = clip_xyxy(boxes, letterbox.orig_w, letterbox.orig_h)
+    return torch.cat((boxes, score[:, None], class_index[:, None].float()), 1)
 
 
 def _candidates(image: torch.Tensor, conf_thres: float, multi_label: bool, classes: Sequence[int] | None):
