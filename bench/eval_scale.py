@@ -15,14 +15,16 @@ docs/PERFORMANCE.md):
 - ``phases``: in one process per source tree (this one and ``--old-src``), one thread, the CPU seconds
   of each phase of the evaluation loop on the first ``--old-subset`` images (loading with no workers,
   inference, decode + NMS with 300 per image, the metric phase with the tree's default backend);
-- ``test``: ``python -m turboyolo test`` on the split (``--subset N``: its first N images), one fresh
-  process, with the source tree ``--src``; its wall and CPU seconds (the process and its loader
-  workers, ``wait4``), peak RSS, and the ``speed:`` / ``caps:`` lines it printed;
+- ``test``: ``python -m turboyolo test`` on the split (or its first ``--old-subset`` images), one fresh
+  process, with this source tree or ``--old-src``, torch's default threads (or ``OMP_NUM_THREADS=1``
+  in the ``1 thread`` runs, which ``--only`` names); its wall and CPU seconds (the process and its
+  loader workers, ``wait4``), peak RSS, and the ``speed:`` / ``caps:`` lines it printed;
 - ``metrics``: ``evaluate_detections`` alone (COCO AP, P/R/F1, curves, confusion matrix, as after
   every evaluation) on synthetic detections, 300 per image over 5,000 images, one fresh process per
   backend;
 - ``ultralytics``: ``YOLO('yolov3-tiny.yaml').val(data=ultra.yaml, imgsz=320, batch=16)`` in its own
-  venv (an untrained model from the yaml, no pretrained weights).
+  venv (an untrained model from the yaml, no pretrained weights; on the CPU Ultralytics sets torch to
+  cores - 1 threads).
 
 Usage: ``PYTHONPATH=src .venv/bin/python bench/eval_scale.py all --out /tmp/evalscale --images 5000
 --old-src /path/to/old/src --old-subset 48 --ultra-python /work/venvs/ultra/bin/python``. The machine
@@ -118,8 +120,10 @@ def timed(command: list[str], env: dict | None = None, cwd: Path | None = None) 
             "max_rss_mb": usage.ru_maxrss / 1024, "rc": process.returncode, "output": output[-6000:]}
 
 
-def run_test(data: Path, weights: Path, src: Path, extra: list[str]) -> dict:
+def run_test(data: Path, weights: Path, src: Path, extra: list[str], threads: int | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
+    if threads:  # torch's intra-op threads (its default: every core)
+        env["OMP_NUM_THREADS"] = str(threads)
     command = [sys.executable, "-m", "turboyolo", "test", "--weights", str(weights), "--data", str(data),
                "--img-size", str(IMG_SIZE), "--batch-size", str(BATCH), "--device", "cpu", *extra]
     result = timed(command, env)
@@ -318,18 +322,20 @@ def main() -> None:
                 first = subset(out, args.old_subset)
                 record(f"phases {tree} {model}", run_phases(out / f"{model}.pt", first, src))
     if "test" in steps:
-        runs = {  # name: (data, weights, source tree)
-            "new everywhere": (out / "data.yaml", "everywhere", SRC),
-            "new few": (out / "data.yaml", "few", SRC),
+        runs = {  # name: (data, weights, source tree, intra-op threads)
+            "new everywhere": (out / "data.yaml", "everywhere", SRC, None),
+            "new few": (out / "data.yaml", "few", SRC, None),
+            "new everywhere, 1 thread": (out / "data.yaml", "everywhere", SRC, 1),
+            "new few, 1 thread": (out / "data.yaml", "few", SRC, 1),
         }
         if args.old_src:
             first = subset(out, args.old_subset)
-            runs.update({"old everywhere, first images": (first, "everywhere", args.old_src),
-                         "new everywhere, first images": (first, "everywhere", SRC),
-                         "old few": (out / "data.yaml", "few", args.old_src)})
-        for name, (data, weights, src) in runs.items():
-            if not args.only or name in args.only:
-                record(name, run_test(data, out / f"{weights}.pt", src, []))
+            runs.update({"old everywhere, first images": (first, "everywhere", args.old_src, None),
+                         "new everywhere, first images": (first, "everywhere", SRC, None),
+                         "old few": (out / "data.yaml", "few", args.old_src, None)})
+        for name, (data, weights, src, threads) in runs.items():
+            if (not args.only and "thread" not in name) or name in args.only:
+                record(name, run_test(data, out / f"{weights}.pt", src, [], threads))
     if "metrics" in steps:
         for backend in ("builtin", "faster-coco-eval", "pycocotools"):
             record(f"metrics {backend}", run_metrics(backend, SRC, 5000, 300))
