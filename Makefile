@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # their own build through the ranges in pyproject.toml.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-all lint bench-data bench-ultralytics clean
+.PHONY: demo test test-all lint bench-ultralytics clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,20 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m turboyolo demo
 
+# The tests, in two tiers (tests/conftest.py says how a test picks one; README.md "Tests"):
+#   make test      every promise at least once, through the command: one Darknet scene against the binary,
+#                  one browser run, one DDP run, the README's commands, every fault (tests marked `full`,
+#                  each naming the test here that covers its promise, left out); about 4 minutes on 2 cores
+#   make test-all  everything: every Darknet scene, every OpenCV reference network, each checkpoint writer
+#                  in each fault, every parametrization (.ci/run runs it); about twice as long
+# Both run on every core (pytest-xdist) and print the slowest tests; PYTEST_ARGS=... passes arguments on.
+PYTEST_RUN = $(PY) -m pytest -n auto --maxprocesses 8 --dist worksteal --durations 15
+
 test: $(VENV)/.installed
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not full" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed
+	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests bench

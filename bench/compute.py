@@ -16,12 +16,13 @@ thread (:func:`peak_rates`). Rows "+ huge pages" / "NCHW, no huge pages" turn ``
 on / off.
 
 Detection (batch 1): turboyolo's whole call (``Predictor.predict_arrays``: letterbox, forward, decode,
-NMS, boxes in original pixels) with ``--backend torch`` (the tuned CPU kernels of
-``turboyolo.model.cpu_kernels``) and ``onnxruntime``, against OpenCV DNN's forward alone
-(``readNetFromDarknet``, same cfg and weights) and onnxruntime's session run alone on turboyolo's ONNX
-export; where the ``openvino`` package is installed, also OpenVINO's infer alone on the same export (one
-stream, latency hint, float32 forced), the runtime measured as a candidate backend (not one: see
-docs/PERFORMANCE.md). ``--threads`` sets every runtime's thread count (default 1).
+NMS, boxes in original pixels) with ``--backend torch`` (the default: PyTorch's public modules),
+``--backend tuned`` (the tuned CPU kernels of ``turboyolo.model.cpu_kernels``) and ``onnxruntime``,
+against OpenCV DNN's forward alone (``readNetFromDarknet``, same cfg and weights) and onnxruntime's
+session run alone on turboyolo's ONNX export; where the ``openvino`` package is installed, also
+OpenVINO's infer alone on the same export (one stream, latency hint, float32 forced), the runtime measured
+as a candidate backend (not one: see docs/PERFORMANCE.md). ``--threads`` sets every runtime's thread count
+(default 1).
 
     .venv/bin/python bench/compute.py                        # both tables (about 10 minutes here)
     .venv/bin/python bench/compute.py train --rounds 3
@@ -268,7 +269,7 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
                 threads: int = 1) -> tuple[str, dict[str, float], float, str]:
     """Medians (ms) of turboyolo's whole call per backend, OpenCV DNN's forward and onnxruntime's run (and
     OpenVINO's infer, when installed) on turboyolo's export (raw heads), batch 1, ``threads`` threads,
-    alternating per round; the seconds torch's first call took (the CPU kernels' one-time choice); and
+    alternating per round; the seconds the tuned backend's first call took (the kernels' one-time choice); and
     what ``--backend auto`` picks at this thread count."""
     import cv2
     import numpy as np
@@ -303,32 +304,33 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
             "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
     begin = time.perf_counter()
-    predictors = {"torch": Predictor.load(weights, cfg, device="cpu", backend="torch")}
-    predictors["torch"].predict_arrays([image])
+    predictors = {"tuned": Predictor.load(weights, cfg, device="cpu", backend="tuned")}
+    predictors["tuned"].predict_arrays([image])
     first_call = time.perf_counter() - begin
+    predictors["torch"] = Predictor.load(weights, cfg, device="cpu", backend="torch")
     predictors["onnxruntime"] = Predictor.load(weights, cfg, device="cpu", backend="onnxruntime")
-    torch_runner = predictors["torch"].runner
+    tuned_runner, torch_runner = predictors["tuned"].runner, predictors["torch"].runner
     batch = torch.from_numpy(blob)
     raw = torch_runner(batch)
     heads = predictors["torch"].model.heads
-    untuned = predictors["torch"].model.inference_copy(channels_last=True)
-    channels_last = batch.contiguous(memory_format=torch.channels_last)
 
     def opencv():
         net.setInput(blob)
         net.forward(names)
 
     calls = {
-        "turboyolo whole call, torch (tuned CPU kernels)":
+        "turboyolo whole call, torch (the default: public modules)":
             lambda: predictors["torch"].predict_arrays([image]),
+        "turboyolo whole call, tuned (tuned CPU kernels)":
+            lambda: predictors["tuned"].predict_arrays([image]),
         "turboyolo whole call, onnxruntime": lambda: predictors["onnxruntime"].predict_arrays([image]),
         "OpenCV DNN forward only": opencv,
         "onnxruntime run only (turboyolo export)": lambda: session.run(None, {"images": blob}),
         **({"OpenVINO infer only (turboyolo export)": lambda: request.infer({0: blob})} if openvino else {}),
         "part: letterbox": lambda: darknet_letterbox(image, 416, 416),
-        "part: torch forward, tuned kernels": lambda: torch_runner(batch),
-        "part: torch forward, before tuning (folded, channels_last, PyTorch's conv)": lambda: untuned(
-            channels_last),
+        "part: torch forward, tuned kernels": lambda: tuned_runner(batch),
+        "part: torch forward, the default (folded, channels_last, PyTorch's conv)":
+            lambda: torch_runner(batch),
         "part: decode + NMS": lambda: postprocess(decode(raw, heads), 0.25, 0.45),
     }
     # one thread: CPU time (what other load on a shared machine disturbs least); more: wall time, since
@@ -368,7 +370,7 @@ def detect_table(args) -> list[str]:
         lines += [f"{arch} ({source} weights)", "", "| | ms | x OpenCV forward | x onnxruntime run |",
                   "|---|---|---|---|"]
         lines += [f"| {name} | {ms:.1f} | {ms / opencv:.2f} | {ms / ort:.2f} |" for name, ms in rows.items()]
-        lines += ["", f"torch's first call (load, the kernels' choice, one image): {first_call:.1f} s wall; "
+        lines += ["", f"tuned's first call (load, the kernels' choice, one image): {first_call:.1f} s wall; "
                   f"`--backend auto` runs {auto} here", ""]
     return lines
 

@@ -13,6 +13,9 @@ synthetic pictures of large objects, 3 classes, bench/shapes.py; 25 iterations p
 
 ``--config trees`` runs a recipe instead (its network, weights and values over the defaults).
 
+``--partner-pool 0`` draws every mosaic/mixup partner independently from the whole data set (the
+behaviour before the partner pools; ``TURBOYOLO_PARTNER_POOL``, a test-only switch of the loader).
+
 Usage::
 
     .venv/bin/python bench/defaults_250.py --data bccd --variant defaults --seed 0 [--set mosaic=0]
@@ -106,6 +109,9 @@ def main() -> int:
                         help="a [net] value of the generated cfg")
     parser.add_argument("--config", default=None,
                         help="a recipe (e.g. trees) instead of the generated cfg and the defaults")
+    parser.add_argument("--partner-pool", type=int, default=None, metavar="N",
+                        help="batches per mosaic/mixup partner pool (0: partners drawn independently from "
+                             "the whole set, the behaviour before the pools); default: the loader's own")
     parser.add_argument("--csv", default="bench/results/defaults_250.csv")
     parser.add_argument("--project", default="/tmp/defaults250")
     args = parser.parse_args()
@@ -113,6 +119,7 @@ def main() -> int:
     import torch
 
     from turboyolo import assets
+    from turboyolo.data.pipeline import PARTNER_POOL_ENV
     from turboyolo.formats.darknet_cfg import write_cfg
     from turboyolo.formats.datasets import load_data_config
     from turboyolo.model.loading import read_checkpoint
@@ -125,6 +132,9 @@ def main() -> int:
     data = data_file(args.data)
     num_classes = len(load_data_config(data).names)
     changes, net = parse_pairs(args.set), parse_pairs(args.net)
+    pool = {} if args.partner_pool is None else {"partner_pool": args.partner_pool}
+    if args.partner_pool is not None:  # the loader's test-only switch (read where the loader is built)
+        os.environ[PARTNER_POOL_ENV] = str(args.partner_pool)
     project = Path(args.project) / args.data / f"{args.variant}-s{args.seed}"
     project.mkdir(parents=True, exist_ok=True)
     if args.config:  # a recipe: its cfg, weights, epochs and data-specific values over the defaults
@@ -166,6 +176,7 @@ def main() -> int:
         "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
         "data": args.data, "arch": args.arch, "variant": args.variant, "seed": args.seed,
         "changes": json.dumps({**changes, **({"net": net} if net else {}),
+                               **pool,
                                **({"config": args.config} if args.config else {})}, sort_keys=True),
         "iterations": result.iterations, "epochs": result.epochs, "train_minutes": f"{result.minutes:.2f}",
         "wall_minutes": f"{wall:.2f}", "stop_reason": result.stop_reason, "best_epoch": best_epoch,

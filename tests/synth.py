@@ -22,6 +22,16 @@ from turboyolo.model.zoo import make_spec
 COLORS = ((255, 60, 60), (60, 255, 60))
 
 
+def read_labels(path: Path) -> np.ndarray:
+    """The rows of a YOLO label file as the scan reads them (float32 [N, 5]); the test fails on a bad one."""
+    from turboyolo.formats.labels import parse_yolo_labels
+    from turboyolo.formats.text import read_text
+
+    check = parse_yolo_labels(read_text(path))
+    assert check.error is None, f"{path}: {check.error}"
+    return check.rows
+
+
 def make_dataset(
     root: Path,
     num_train: int,

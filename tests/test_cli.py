@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 
@@ -93,3 +95,46 @@ def test_only_the_command_that_runs_is_imported():
 def test_missing_weights_are_named(command, capsys):
     assert main(command) == 1
     assert "--weights is required" in capsys.readouterr().err
+
+
+SHARED = ("--data", "--cfg", "--weights", "--img-size", "--device", "--amp", "--project", "--name",
+          "--exist-ok", "--output")
+
+
+def _options(parser: argparse.ArgumentParser, path: str):
+    """(command path, option string, help without its default, option strings) of every flag, nested
+    subcommands (``bench data``) included."""
+    for action in parser._actions:  # argparse keeps no public list of a parser's actions
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{path} {name}")
+        for flag in action.option_strings:
+            yield path, flag, re.sub(r" \(default: [^)]*\)$", "", action.help or ""), action.option_strings
+
+
+def test_shared_options_have_one_declaration_each():
+    """--data, --cfg, --img-size, --device, --project, ... mean one thing, with one help text and the same
+    spellings, in every command that takes them (declared once, in turboyolo.options)."""
+    seen: dict[str, set] = {flag: set() for flag in SHARED}
+    takers: dict[str, list] = {flag: [] for flag in SHARED}
+    for name, _, _ in COMMANDS:
+        for path, flag, text, spellings in _options(build_parser(only=name), name):
+            if flag in SHARED and text != "==SUPPRESS==":
+                seen[flag].add((text, tuple(spellings)))
+                takers[flag].append(path)
+    for flag in SHARED:
+        assert len(seen[flag]) == 1, (flag, seen[flag])
+    assert len(takers["--data"]) >= 7 and len(takers["--img-size"]) >= 8, takers  # each command taking it
+
+
+def test_pytorch_yolov3_spellings_still_parse():
+    parser = build_parser()
+    args = parser.parse_args(["test", "-w", "w.pt", "-d", "d.data", "-m", "a.cfg", "--img_size", "320", "-v"])
+    assert (args.weights, args.data, args.cfg, args.img_size) == ("w.pt", "d.data", "a.cfg", 320)
+    args = parser.parse_args(["train", "--model", "a.cfg", "--pretrained_weights", "w", "-d", "d.data",
+                              "--logdir", "logs"])
+    assert (args.cfg, args.weights, args.data, args.project) == ("a.cfg", "w", "d.data", "logs")
+    args = parser.parse_args(["bench", "data", "--data", "d", "--img-size", "64", "--n-cpu", "2"])
+    assert (args.data, args.img_size, args.workers) == ("d", 64, 2)
+    args = parser.parse_args(["prepare", "--data", "d", "--img_size", "64"])
+    assert (args.data, args.img_size) == ("d", 64)

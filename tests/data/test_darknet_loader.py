@@ -1,5 +1,5 @@
-"""``--loader darknet``: pjreddie's ``load_data_detection`` transcribed (data/darknet_augment.py) and its
-sampler (data/darknet_loader.py).
+"""``--loader darknet``: pjreddie's ``load_data_detection`` transcribed (exact/augment.py) and its
+sampler (exact/loader.py).
 
 Where ``libdarknet.so`` is installed (the Debian ``darknet`` package) the transcription is compared with
 Darknet's own function through ctypes, fed the same random numbers (glibc's ``rand()`` after the same
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from turboyolo.data.darknet_augment import F32, DarknetAugment, Draws, darknet_sample, distort
-from turboyolo.data.darknet_loader import DarknetBatchSampler, build_darknet_loader
 from turboyolo.data.decode import decode_image
 from turboyolo.data.scan import Sample
+from turboyolo.exact.augment import F32, DarknetAugment, Draws, darknet_sample, distort
+from turboyolo.exact.loader import DarknetBatchSampler, build_darknet_loader
 
 LIBDARKNET = Path("/usr/lib/darknet/libdarknet.so")
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import simplejpeg
 from PIL import Image
 
 from turboyolo.data.decode import decode_image, load_image, probe_image
@@ -92,17 +93,22 @@ def test_palette_with_transparency(tmp_path):
 
 
 def test_scan_check_and_decode_refuse_the_same_files(tmp_path):
-    """One check: what the scan's probe refuses, every decode refuses, with the same reason."""
-    from faults.hostile import write_hostile_images
+    """One check in two stages: what the scan's probe refuses (headers, structure), every decode refuses
+    with the same reason; what only decoding the image data shows, the probe passes and every decode
+    refuses."""
+    from faults.hostile import DECODE_STAGE, write_hostile_images
 
     expected = write_hostile_images(tmp_path)
     for name, words in expected.items():
-        with pytest.raises(DataError) as probed:
-            probe_image(tmp_path / name)
         with pytest.raises(DataError) as decoded:
             decode_image(tmp_path / name, 64)
+        assert name in str(decoded.value) and any(w in str(decoded.value) for w in words), str(decoded.value)
+        if name in DECODE_STAGE:
+            probe_image(tmp_path / name)
+            continue
+        with pytest.raises(DataError) as probed:
+            probe_image(tmp_path / name)
         assert str(probed.value) == str(decoded.value)
-        assert name in str(probed.value) and any(w in str(probed.value) for w in words), str(probed.value)
 
 
 def test_save_image_takes_any_file_name(tmp_path):
@@ -159,12 +165,13 @@ def test_strict_jpeg_decode_gives_pillows_pixels(tmp_path):
 
 
 @pytest.mark.parametrize("maker", ["entropy_damaged_jpeg", "zeroed_jpeg"])
-def test_damaged_jpeg_image_data_is_refused_by_the_scan_and_every_decode(tmp_path, maker):
+def test_damaged_jpeg_image_data_passes_the_scan_and_is_refused_by_every_decode(tmp_path, maker):
     import faults.hostile as hostile
 
     path = getattr(hostile, maker)(tmp_path / "damaged.jpg")
     _pillow_decode(path)  # Pillow decodes it without a word: markers and structure are intact
-    for check in (probe_image, decode_image, lambda p: decode_image(p, 32)):
+    assert probe_image(path)[:2] == (96, 128)  # the scan reads headers and structure only
+    for check in (decode_image, lambda p: decode_image(p, 32), lambda p: decode_image(p, 12)):
         with pytest.raises(DataError, match="damaged.jpg: corrupt JPEG: the image data does not decode "
                                             "cleanly .libjpeg: Corrupt JPEG data"):
             check(path)
@@ -180,9 +187,10 @@ def test_a_stray_byte_before_the_end_marker_is_harmless(tmp_path):
 
 
 def test_a_reduced_decode_leaves_out_only_what_its_scale_never_reads(tmp_path, monkeypatch):
-    """At 1/8 scale a progressive JPEG's luma AC scans are not decoded (formats.images.eighth_scale_jpeg):
-    the same pixels as Pillow's; the scan's check still decodes all the image data and refuses damage
-    there, and a full-size decode does too."""
+    """At 1/8 scale a progressive JPEG's luma AC scans are not decoded (formats.images.eighth_scale_jpeg)
+    once the file's whole decode passed (``verified``): the same pixels as Pillow's. A file not verified
+    is decoded whole at every scale, so damage in those scans is refused; the scan's check reads the
+    headers of those scans only."""
     import turboyolo.data.decode as decode
     from faults.hostile import smooth_rgb
     from turboyolo.formats.images import _segments, eighth_scale_jpeg
@@ -195,12 +203,15 @@ def test_a_reduced_decode_leaves_out_only_what_its_scale_never_reads(tmp_path, m
     monkeypatch.setattr(decode.simplejpeg, "decode_jpeg",
                         lambda stream, *args, **kw: lengths.append(len(stream)) or real(stream, *args, **kw))
     for target in (60, 80, 41):  # 1/8 scale
-        lengths.clear()
-        pixels, size = decode_image(tmp_path / "p.jpg", target)
-        assert lengths == [len(eighth_scale_jpeg(data))] and lengths[0] < len(data) / 2
-        assert size == (480, 640) and np.array_equal(pixels, _pillow_decode(tmp_path / "p.jpg", target)[0])
+        for verified in (False, True):
+            lengths.clear()
+            pixels, size = decode_image(tmp_path / "p.jpg", target, verified=verified)
+            assert lengths == [len(eighth_scale_jpeg(data)) if verified else len(data)]
+            reference = _pillow_decode(tmp_path / "p.jpg", target)[0]
+            assert size == (480, 640) and np.array_equal(pixels, reference)
+    assert len(eighth_scale_jpeg(data)) < len(data) / 2
     lengths.clear()
-    decode_image(tmp_path / "p.jpg", 100)  # 1/4 scale: the whole file
+    decode_image(tmp_path / "p.jpg", 100, verified=True)  # 1/4 scale: the whole file
     assert lengths == [len(data)]
 
     start, end = max(((s, e) for marker, s, e in _segments(data) if marker == 0xDA and data[s + 5] == 1
@@ -208,7 +219,40 @@ def test_a_reduced_decode_leaves_out_only_what_its_scale_never_reads(tmp_path, m
     middle = (start + end) // 2
     garbage = rng.integers(0, 255, 200, dtype=np.uint8).tobytes()  # no FF: the structure walk passes it
     (tmp_path / "d.jpg").write_bytes(data[:middle] + garbage + data[middle + 200:])
-    for check in (probe_image, decode_image, lambda p: decode_image(p, 100)):
+    probe_image(tmp_path / "d.jpg")
+    for check in (decode_image, lambda p: decode_image(p, 100), lambda p: decode_image(p, 60)):
         with pytest.raises(DataError, match="d.jpg: corrupt JPEG"):
             check(tmp_path / "d.jpg")
-    assert np.array_equal(decode_image(tmp_path / "d.jpg", 60)[0], decode_image(tmp_path / "p.jpg", 60)[0])
+
+
+def test_harmless_warnings_are_read_past_and_damage_after_them_is_not(tmp_path):
+    """A damaged ICC profile, a JFIF version 2 and an unknown Adobe colour transform make libjpeg warn:
+    the strict decode reads past them (the same pixels as without them), and still refuses damaged image
+    data in the same file."""
+    from faults.hostile import entropy_damaged_jpeg, good_jpeg
+
+    data = good_jpeg(tmp_path / "ok.jpg", 96, 128).read_bytes()
+    reference = decode_image(tmp_path / "ok.jpg")[0]
+    jfif = data.index(b"JFIF\x00")
+    icc = b"ICC_PROFILE\x00" + bytes([3, 2]) + bytes(20)  # chunk 3 of 2: libjpeg's "bad ICC marker"
+    app2 = b"\xff\xe2" + (len(icc) + 2).to_bytes(2, "big") + icc
+    adobe = b"Adobe" + bytes([0, 100, 0, 0, 0, 0, 7])  # transform 7: unknown
+    app14 = b"\xff\xee" + (len(adobe) + 2).to_bytes(2, "big") + adobe
+    app0_end = jfif - 4 + int.from_bytes(data[jfif - 2:jfif], "big") + 2
+    variants = {
+        "icc.jpg": data[:2] + app2 + data[2:],
+        "jfif2.jpg": data[:jfif + 5] + b"\x02" + data[jfif + 6:],
+        "adobe.jpg": data[:2] + app14 + data[app0_end:],  # no JFIF segment: libjpeg reads the transform
+    }
+    for name, variant in variants.items():
+        with pytest.raises(ValueError, match="ICC|JFIF|Adobe"):  # libjpeg warns (simplejpeg raises)
+            simplejpeg.decode_jpeg(variant)
+        (tmp_path / name).write_bytes(variant)
+        probe_image(tmp_path / name)
+        assert np.array_equal(decode_image(tmp_path / name)[0], reference), name
+        assert np.array_equal(decode_image(tmp_path / name, 16)[0], decode_image(tmp_path / "ok.jpg", 16)[0])
+    damaged = entropy_damaged_jpeg(tmp_path / "damaged.jpg").read_bytes()
+    at = damaged.index(b"JFIF\x00")
+    (tmp_path / "both.jpg").write_bytes(damaged[:at + 5] + b"\x02" + damaged[at + 6:])
+    with pytest.raises(DataError, match="both.jpg: corrupt JPEG: the image data does not decode cleanly"):
+        decode_image(tmp_path / "both.jpg")

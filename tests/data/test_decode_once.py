@@ -14,9 +14,10 @@ from turboyolo.data import decode
 from turboyolo.data.augment import AugmentParams, mosaic_rng, partner_draw
 from turboyolo.data.cache import prepare_cache
 from turboyolo.data.loader import group_batches
-from turboyolo.data.pipeline import build_loader
+from turboyolo.data.pipeline import PARTNER_POOL_ENV, build_loader
 from turboyolo.data.sampler import default_pool_batches
 from turboyolo.data.scan import scan_dataset
+from turboyolo.errors import DataError
 
 MIXING = AugmentParams.from_net(mosaic=1.0)
 
@@ -115,6 +116,26 @@ def test_partners_from_the_whole_set_decode_again(samples):
     assert max(loader.epoch_decoded.values()) > 2
 
 
+def test_test_only_switch_draws_partners_from_the_whole_set(samples, monkeypatch):
+    """TURBOYOLO_PARTNER_POOL (what bench/defaults_250.py --partner-pool sets) is the default of every
+    loader built without ``partner_pool``: 0 gives the batches and decodes of independent draws."""
+    kwargs = dict(workers=0, img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=5)
+    pooled = build_loader(samples, **kwargs)
+    monkeypatch.setenv(PARTNER_POOL_ENV, "0")
+    switched = build_loader(samples, **kwargs)
+    assert pooled.batch_sampler.pool_batches > 0 and switched.batch_sampler.pool_batches == 0
+    batches = _epoch(switched, 0)
+    _same(batches, _epoch(build_loader(samples, partner_pool=0, **kwargs), 0))
+    _epoch(pooled, 0)
+    assert sum(pooled.epoch_decoded.values()) == len(samples)
+    assert sum(switched.epoch_decoded.values()) > 2.5 * len(samples)
+    monkeypatch.setenv(PARTNER_POOL_ENV, "2")  # any pool size
+    assert build_loader(samples, **kwargs).batch_sampler.pool_batches == 2
+    monkeypatch.setenv(PARTNER_POOL_ENV, "all")
+    with pytest.raises(DataError, match=PARTNER_POOL_ENV):
+        build_loader(samples, **kwargs)
+
+
 @pytest.mark.parametrize("memory", ["ram", "disk"])
 def test_cache_decodes_each_image_once_per_run(samples, tmp_path, memory):
     before = decode.DECODES.copy()
@@ -163,19 +184,34 @@ def test_partners_come_from_the_pool_and_cover_the_set(samples):
 
 def test_workers_share_small_epochs_and_a_cache_needs_no_groups(samples, tmp_path):
     # 23 samples, batch 3: 8 batches in one pool of 8; with 2 workers the pool is cut in 2 groups of 4
-    # batches so both workers have work (an image then decoded up to once per group), same batches
-    assert group_batches(8, 8, 0, False) == 8 and group_batches(8, 8, 1, False) == 8
-    assert group_batches(8, 8, 4, False) == 2 and group_batches(8, 80, 4, False) == 8
+    # batches so both workers have work (an image then decoded up to once per group), same batches;
+    # a request holds the longest pool (an epoch's last run of fewer than 4 batches joins the one before)
+    assert group_batches(8, 8, 0, False) == 11 and group_batches(8, 8, 1, False) == 11
+    assert group_batches(8, 8, 4, False) == 2 and group_batches(8, 80, 4, False) == 11
     assert group_batches(8, 8, 0, True) == 1 and group_batches(0, 8, 0, False) == 1
     kwargs = dict(img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=4, partner_pool=8)
     alone = build_loader(samples, workers=0, **kwargs)
     shared = build_loader(samples, workers=2, **kwargs)
-    assert alone.group == 8 and shared.group == 4
+    assert alone.group == 11 and shared.group == 4
     _same(_epoch(alone, 0), _epoch(shared, 0))
     assert max(alone.epoch_decoded.values()) == 1
     assert max(shared.epoch_decoded.values()) <= 2 and len(shared.epoch_decoded) == len(samples)
     cache = prepare_cache(samples, 64, None, memory="ram", workers=1, log=lambda *_: None)
     assert build_loader(samples, workers=0, cache=cache, **kwargs).group == 1
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_epochs_joined_last_pool_is_decoded_once(samples, workers):
+    """23 samples, batch 3, pools of 6 batches: the last 2 batches join the first run (one pool of 8);
+    one request makes all 8, so its images are decoded once, as in any other pool."""
+    loader = build_loader(samples, workers=workers, img_size=64, batch_size=3, augment=MIXING, shuffle=True,
+                          seed=3, partner_pool=6)
+    loader.batch_sampler.set_epoch(0)
+    pools = {id(batch[0][4]) for batch in loader.batch_sampler}
+    assert len(pools) == 1 and loader.group >= 8
+    for epoch in (0, 1):
+        _epoch(loader, epoch)
+        assert loader.epoch_decoded == Counter(range(len(samples)))
 
 
 def test_default_pool_size():

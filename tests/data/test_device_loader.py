@@ -241,7 +241,7 @@ def test_device_augment_unsupported_says_why():
 
 @pytest.mark.slow
 def test_train_cli_with_device_mosaic_and_mixup(tmp_path, isolated_cache, capsys):
-    # (unmarked: tests/train/test_seams.py trains on the device's mosaics through the CLI, in-process)
+    # (unmarked: tests/train/test_cli_journeys.py trains on the device's mosaics through the CLI, in-process)
     from synth import make_dataset as make_train_set
     from synth import micro_cfg
     from turboyolo.cli import main

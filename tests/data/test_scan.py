@@ -1,5 +1,7 @@
 """The scan on a corpus of bad files: each one reported with the right reason; loader still full."""
 
+import os
+
 import numpy as np
 from PIL import Image
 
@@ -97,35 +99,80 @@ def test_loader_survives_files_breaking_after_scan(tmp_path, isolated_cache):
     assert loader.replaced_summary() is not None
 
 
-def test_scan_cache_is_json_and_a_planted_pickle_runs_nothing(tmp_path, isolated_cache):
+def test_scan_cache_is_plain_arrays_and_a_planted_pickle_runs_nothing(tmp_path, isolated_cache):
+    import io
+    import zipfile
+
+    from faults.hostile import Planted, planted_pickle
+    from turboyolo.data.scan import _cache_file
+
+    make_dataset(tmp_path, count=3)
+    (tmp_path / "labels" / "img002.txt").unlink()  # a background image: no label file
+    data = tmp_path / "images"
+    first = scan_dataset(data, "train")
+    cache = _cache_file(data, "train")
+    with np.load(cache, allow_pickle=False) as stored:  # plain arrays, no object one
+        assert int(stored["box_offsets"][-1]) == len(stored["boxes"]) == first.num_boxes
+        assert stored["stats"].shape == (3, 4) and stored["stats"][2, 2] == -1
+    again = scan_dataset(data, "train")
+    assert again.cached == 3 and again.summary() == first.summary() + " (3 from cache)"
+    for a, b in zip(first.samples, again.samples, strict=True):
+        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
+        assert a.labels.dtype == b.labels.dtype == np.float32 and b.labels.shape[1:] == (5,)
+
+    marker = tmp_path / "marker"
+    planted_pickle(cache, marker)  # a pickle where the arrays were
+    planted_pickle(cache.with_suffix(".pkl"), marker)  # and where the old pickle cache lived
+    planted_pickle(cache.with_suffix(".json"), marker)  # and the JSON cache (SCAN_VERSION 2-4)
+    third = scan_dataset(data, "train")
+    assert not marker.exists() and third.cached == 0 and len(third.samples) == 3
+
+    buffer = io.BytesIO()  # an .npz whose member is an object array: a pickle inside a .npy
+    np.save(buffer, np.array([Planted(marker)], dtype=object), allow_pickle=True)
+    scan_dataset(data, "train")
+    with zipfile.ZipFile(cache) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["boxes.npy"] = buffer.getvalue()
+    with zipfile.ZipFile(cache, "w") as archive:
+        for name, raw in members.items():
+            archive.writestr(name, raw)
+    assert scan_dataset(data, "train").cached == 0 and not marker.exists()
+
+    good = cache.read_bytes()
+    cache.write_bytes(good[: len(good) // 2])  # truncated
+    assert scan_dataset(data, "train").cached == 0
+    with np.load(cache, allow_pickle=False) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    arrays["box_offsets"] = arrays["box_offsets"][::-1].copy()  # columns that disagree
+    np.savez(cache.with_name("x.npz"), **arrays)
+    cache.with_name("x.npz").replace(cache)
+    assert scan_dataset(data, "train").cached == 0  # not trusted: checked again
+
+
+def test_a_cache_with_a_wrong_field_is_checked_again(tmp_path, isolated_cache):
     import json
 
-    from faults.hostile import planted_pickle
     from turboyolo.data.scan import _cache_file
 
     make_dataset(tmp_path, count=3)
     data = tmp_path / "images"
-    first = scan_dataset(data, "train")
+    scan_dataset(data, "train")
     cache = _cache_file(data, "train")
-    document = json.loads(cache.read_text())  # plain data
-    assert document["format"] == "turboyolo-scan-cache" and len(document["entries"]) == 3
-    again = scan_dataset(data, "train")
-    assert again.cached == 3
-    for a, b in zip(first.samples, again.samples, strict=True):
-        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
-    marker = tmp_path / "marker"
-    planted_pickle(cache, marker)  # a pickle where the JSON was
-    planted_pickle(cache.with_suffix(".pkl"), marker)  # and where the old pickle cache lived
-    third = scan_dataset(data, "train")
-    assert not marker.exists() and third.cached == 0 and len(third.samples) == 3
-    cache.write_text('{"format": "turboyolo-scan-cache", "version": 2, "entries": {"x": {"key": 1}}}')
-    assert scan_dataset(data, "train").cached == 0  # a malformed entry is re-checked, not trusted
+    with np.load(cache, allow_pickle=False) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    fields = json.loads(arrays["fields"].tobytes())
+    fields["status"][1] = "maybe"
+    arrays["fields"] = np.frombuffer(json.dumps(fields).encode(), np.uint8)
+    np.savez(cache.with_name("x.npz"), **arrays)
+    cache.with_name("x.npz").replace(cache)
+    assert scan_dataset(data, "train").cached == 0  # a file not as the scan writes it: not trusted
+    assert scan_dataset(data, "train").cached == 3  # rewritten by that scan
 
 
 def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     import os
 
-    from faults.hostile import LATIN1_NAME, write_hostile_images
+    from faults.hostile import DECODE_STAGE, LATIN1_NAME, write_hostile_images
     from turboyolo.data.scan import REPORT_NAME, write_scan_report
 
     make_dataset(tmp_path, count=2)
@@ -133,17 +180,25 @@ def test_write_scan_report_and_console_text(tmp_path, isolated_cache):
     (tmp_path / "images" / os.fsdecode(LATIN1_NAME)).write_bytes(b"")  # a bad file with a Latin-1 name
     train = scan_dataset(tmp_path / "images", "train")
     val = scan_dataset(tmp_path / "images", "val")
-    assert len(train.excluded) == len(expected) + 1
+    assert len(train.excluded) == len(expected) - len(DECODE_STAGE) + 1
+    # damage under an intact structure passes the scan; the first decode (an epoch here) refuses it
+    assert DECODE_STAGE <= {s.image.name for s in train.samples}
+    loader = build_loader(train.samples, img_size=64, batch_size=2, augment=AugmentParams.from_net(),
+                          workers=0, shuffle=True, seed=1)
+    drawn = {meta.path.name for _, _, metas in loader for meta in metas}
+    assert drawn and not drawn & DECODE_STAGE
     gone = [("/data/gone.jpg", "removed")] * 2  # one file, listed once
-    path = write_scan_report(tmp_path / "run", [train, val], load_failures=gone)
+    path = write_scan_report(tmp_path / "run", [train, val], load_failures=[*loader.replaced, *gone])
     assert path == tmp_path / "run" / REPORT_NAME
     report = path.read_text(encoding="utf-8")
     for name, words in expected.items():
         line = next(line for line in report.splitlines() if name in line)
         assert any(word in line for word in words), line
+        assert line.count(name) == 1, line  # one path per line, never "P: P: reason"
     assert "caf\\xe9.jpg: zero-byte" in report  # named, with the odd byte escaped
     assert report.count("scan train:") == 1 and report.count("scan val:") == 1
-    assert "failed to load after the scan (1):" in report and "/data/gone.jpg: removed" in report
+    assert f"failed to load after the scan ({len(DECODE_STAGE) + 1}):" in report
+    assert "/data/gone.jpg: removed" in report
     console = train.console_text(limit=3, report=path)
     lines = console.splitlines()
     assert lines[0] == train.summary() and len(lines) == 5 and str(path) in lines[-1]
@@ -164,3 +219,55 @@ def test_list_file_with_latin1_name_keeps_the_image(tmp_path, isolated_cache):
     assert not result.excluded and len(result.samples) == 2
     assert result.samples[1].image.name == os.fsdecode(LATIN1_NAME)
     result.report_text().encode("utf-8")
+
+
+def test_a_long_list_is_checked_in_processes_with_the_same_result(tmp_path, isolated_cache, monkeypatch):
+    """The checks hold the GIL: a long list goes to a process per CPU (here any list of 4 or more); every
+    entry is the one threads in this process give, in the list's order."""
+    import turboyolo.data.scan as scan
+    from faults.hostile import write_hostile_images
+
+    make_dataset(tmp_path, count=12)
+    write_hostile_images(tmp_path / "images")
+    threads = scan_dataset(tmp_path / "images", "train", use_cache=False)
+    real = scan._check_one
+
+    def check_and_say_where(image, num_classes):
+        entry = real(image, num_classes)
+        entry.pid = os.getpid()  # travels back with the entry
+        return entry
+
+    monkeypatch.setattr(scan, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(scan, "PROCESS_MIN", 4)
+    monkeypatch.setattr(scan, "_check_one", check_and_say_where)  # the forked processes inherit it
+    images = sorted((tmp_path / "images").iterdir())
+    pids = {entry.pid for entry in scan._check_all(images, None, None)}
+    assert os.getpid() not in pids and len(pids) >= 1
+    processes = scan_dataset(tmp_path / "images", "train", use_cache=False)
+    assert processes.excluded == threads.excluded and processes.warnings == threads.warnings
+    for a, b in zip(threads.samples, processes.samples, strict=True):
+        assert a.image == b.image and a.hw == b.hw and np.array_equal(a.labels, b.labels)
+    monkeypatch.setattr(scan, "PROCESS_MIN", 10**9)
+    assert {entry.pid for entry in scan._check_all(images, None, None)} == {os.getpid()}
+
+
+def test_the_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path, isolated_cache):
+    import gc
+
+    from turboyolo.data.scan import collector_paused
+
+    make_dataset(tmp_path, count=3)
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            scan_dataset(tmp_path / "images", "train")  # cold, then from the cache
+            assert gc.isenabled() is enabled
+            try:
+                with collector_paused():
+                    assert not gc.isenabled()
+                    raise KeyError("x")
+            except KeyError:
+                pass
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()

@@ -38,6 +38,26 @@ def test_the_scan_line_counts_human_reviewed_and_model_made_labels(tmp_path, iso
     assert "their background ignored" in ignored.summary()
 
 
+def test_the_scan_hashes_only_label_files_a_manifest_names(tmp_path, isolated_cache, monkeypatch):
+    from turboyolo.data import autolabels
+
+    images = make_image_folder(tmp_path / "ds", count=5, size=(64, 80), num_classes=2)
+    other = make_image_folder(tmp_path / "other", count=4, size=(64, 80), num_classes=2)
+    labels = [tmp_path / "ds" / "labels" / f"{p.stem}.txt" for p in images]
+    record_model_labels(labels[:2], weights="w.pt")
+    hashed, manifests = [], []
+    sha1, read = autolabels._sha1, autolabels.read_manifest
+    monkeypatch.setattr(autolabels, "_sha1", lambda path: hashed.append(path.name) or sha1(path))
+    monkeypatch.setattr("turboyolo.data.scan.read_manifest",
+                        lambda folder: manifests.append(folder) or read(folder))
+    scan = scan_dataset(tmp_path / "ds" / "images", "train", use_cache=False)
+    assert sorted(hashed) == ["img000.txt", "img001.txt"]  # the two the manifest names, once each
+    assert len(manifests) == 1 and scan.model_made == 2 and scan.human == 3
+    hashed.clear(), manifests.clear()
+    again = scan_dataset(tmp_path / "other" / "images", "train", use_cache=False)  # no manifest
+    assert hashed == [] and len(manifests) == 1 and again.human == len(other)
+
+
 def test_no_background_removes_only_the_no_object_loss_of_those_images(tmp_path):
     spec = parse_cfg(micro_cfg(tmp_path / "m.cfg", num_classes=1))
     torch.manual_seed(0)

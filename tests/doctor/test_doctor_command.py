@@ -58,6 +58,19 @@ def test_data_only_mode_writes_markdown_and_json(tiny, capsys):
     text = (run / "doctor.md").read_text()
     assert verdict["sentence"] in text and verdict["sentence"] in capsys.readouterr().out
     assert "What `auto` would choose" in text
+    # the start's data-dependent parts, timed as train's start runs them; the planned run: 300 epochs
+    assert set(timings["startup_s"]) == {"scan", "anchor check", "pipeline measurement"}
+    assert timings["startup_cold"] is True and timings["planned_images"] == 300 * 6
+    assert "| start-up before the first step" in text
+
+
+def test_a_short_run_names_its_start(tiny):
+    tmp_path, cfg = tiny
+    _, report = _run(tmp_path, cfg, "--assume-step-ms", "0.5", "--epochs", "1", "--cache", "none",
+                     "--augment-on", "cpu")  # every setting given: train would not measure the pipeline
+    timings, verdict = report["timings"], report["verdict"]
+    assert set(timings["startup_s"]) == {"scan", "anchor check"} and timings["planned_images"] == 6
+    assert verdict["startup"].startswith("start-up is") and verdict["startup_share"] > 0.10
 
 
 def test_assume_cpus_predicts_for_the_planned_machine(tiny):
@@ -120,7 +133,7 @@ def test_step_is_train_s_step_on_a_state_built_as_train_builds_it(tiny, monkeypa
     assert state.optimizer.param_groups[0]["lr"] == pytest.approx(0.002)
     assert state.ema is not None and state.subdivisions == 2 and state.loss_fn.obj_iou
     steps = []
-    real = engine._step
-    monkeypatch.setattr(engine, "_step", lambda *a: steps.append(1) or real(*a))
+    real = engine.AutogradStep.apply
+    monkeypatch.setattr(engine.AutogradStep, "apply", lambda *a: steps.append(1) or real(*a))
     seconds = step_seconds(state, engine.StepOptions(say=lambda *_: None), 2, 64, options.repeats)
     assert seconds > 0 and len(steps) == options.repeats + 1 and state.iteration == options.repeats + 1

@@ -117,3 +117,29 @@ def test_device_augmentation_time_counts_against_the_step():
     assert free.expected_images_per_s == pytest.approx(16 / (0.016 + 16 * 0.00002))
     assert costly.expected_images_per_s == pytest.approx(16 / (0.016 + 16 * 0.00052))
     assert "device time" in costly.why
+
+
+def test_a_start_that_is_a_large_share_of_a_short_run_is_named():
+    # a short run of 20,000 images at the expected 174 images/s: ~115 s of training
+    start = {"scan": 4.0, "anchor check": 50.0, "pipeline measurement": 3.0}
+    short = diagnose(timings(startup_s=start, planned_images=20_000))
+    run_s = 20_000 / short.expected_images_per_s
+    assert short.startup_share == pytest.approx(57.0 / (57.0 + run_s)) and short.startup_share > 0.10
+    assert short.startup.startswith(f"start-up is {100 * short.startup_share:.0f}% of the run")
+    assert "57.0 s before the first step" in short.startup and "anchor check 50.0 s" in short.startup
+    assert "--no-autoanchor" in short.startup  # the advice of the part that dominates
+    text = render_markdown(timings(startup_s=start, planned_images=20_000), short)
+    assert f"**Start-up:** {short.startup}" in text and "| start-up before the first step" in text
+    long = diagnose(timings(startup_s=start, planned_images=300 * 100_000))  # 300 epochs: a small share
+    assert long.startup == "" and 0 < long.startup_share < 0.01
+    assert "**Start-up:**" not in render_markdown(timings(startup_s=start), long)
+    cold = diagnose(timings(startup_s={"scan": 90.0, "anchor check": 1.0}, startup_cold=True,
+                            planned_images=20_000))
+    assert "the next start reads the scan cache" in cold.startup
+    assert diagnose(timings()).startup == ""  # not measured: nothing said
+
+
+def test_rates_below_ten_images_per_second_are_not_rounded_to_zero():
+    v = diagnose(timings(step_s=40.0))  # a CPU step of 40 s per mini-batch of 16: 0.4 images/s
+    assert "consumes 0.4 images/s" in v.sentence
+    assert "(loader 174, step 0.4)" in render_markdown(timings(step_s=40.0), v)

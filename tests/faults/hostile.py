@@ -164,6 +164,11 @@ HOSTILE_IMAGES = {
 }
 
 
+# the ones the scan's header check passes: damage inside the image data (a baseline JPEG's one scan is not
+# walked by the scan; a PNG's compressed data under valid CRCs), found by the first decode of a run
+DECODE_STAGE = frozenset({"midcorrupt.jpg", "entropy.jpg", "zeroed.jpg", "inflate.png"})
+
+
 def write_hostile_images(folder: Path) -> dict[str, tuple[str, ...]]:
     """Every hostile image into ``folder``; returns {file name: words its reason must contain}."""
     for name, (maker, _) in HOSTILE_IMAGES.items():
@@ -239,3 +244,143 @@ def make_split(root: Path, count: int = 4, seed: int = 0) -> list[Path]:
         write_yolo_labels(root / "labels" / f"img{i}.txt", np.array([[i % 2, 0.5, 0.5, 0.2 + 0.1 * i, 0.3]]))
         paths.append(path)
     return paths
+
+
+# ----------------------------------------------------------------------------------------- damaged JPEGs
+
+def _jpeg_bytes(rgb: np.ndarray, **options) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, "JPEG", **options)
+    return buffer.getvalue()
+
+
+def _photo(height: int, width: int, seed: int) -> np.ndarray:
+    """Smooth colour with noise: AC coefficients in every component and band (long scans to damage)."""
+    rng = np.random.default_rng(seed)
+    noisy = smooth_rgb(height, width, seed).astype(np.int16) + rng.integers(-20, 21, (height, width, 3))
+    return np.clip(noisy, 0, 255).astype(np.uint8)
+
+
+# jpegtran scan scripts: DC alone per component, AC split by band, successive approximation of DC and AC
+_SCAN_SCRIPTS = (
+    "0 1 2: 0 0 0 1; 0: 1 5 0 2; 2: 1 63 0 1; 1: 1 63 0 1; 0: 6 63 0 2; 0: 1 63 2 1; 0 1 2: 0 0 1 0; "
+    "1: 1 63 1 0; 2: 1 63 1 0; 0: 1 63 1 0;",
+    "0: 0 0 0 0; 1: 0 0 0 0; 2: 0 0 0 0; 0: 1 9 0 0; 0: 10 63 0 0; 1: 1 63 0 0; 2: 1 63 0 0;",
+)
+
+
+def jpeg_sources(folder: Path, seed: int = 0, size: tuple[int, int] = (96, 136)) -> dict[str, bytes]:
+    """Good JPEGs of every structure the damage below applies to: baseline (with and without restart
+    markers), progressive from Pillow (4:2:0, 4:4:4, grey), and progressive from ``jpegtran -scans`` with
+    custom scan scripts and restart intervals when jpegtran is installed (libjpeg-turbo-progs)."""
+    import shutil
+    import subprocess
+
+    rgb = _photo(*size, seed)
+    sources = {
+        "baseline": _jpeg_bytes(rgb, quality=90),
+        "restarts": _jpeg_bytes(rgb, quality=90, restart_marker_blocks=3),
+        "progressive": _jpeg_bytes(rgb, quality=90, progressive=True),
+        "progressive444": _jpeg_bytes(rgb, quality=90, progressive=True, subsampling=0),
+        "progressivegrey": _jpeg_bytes(np.ascontiguousarray(rgb[..., 1]), quality=90, progressive=True),
+    }
+    if shutil.which("jpegtran"):
+        folder.mkdir(parents=True, exist_ok=True)
+        source, scans = folder / "jpegtran-source.jpg", folder / "scans.txt"
+        source.write_bytes(sources["baseline"])
+        for k, script in enumerate(_SCAN_SCRIPTS):
+            scans.write_text(script)
+            for restart in ([], ["-restart", "2B"]):
+                name = f"jpegtran{k}{'r' if restart else ''}"
+                sources[name] = subprocess.run(["jpegtran", "-scans", str(scans), *restart, str(source)],
+                                               capture_output=True, check=True).stdout
+        source.unlink()
+        scans.unlink()
+    return sources
+
+
+def _spans(data: bytes) -> list[tuple[int, int, int]]:
+    from turboyolo.formats.jpeg import segments
+
+    return list(segments(data))
+
+
+def _damages(data: bytes, rng) -> dict[str, bytes]:
+    """Each kind of damage once on ``data`` (a good JPEG): what a broken copy, a bad sector, a buggy
+    writer or an attacker leaves. Keys name the damage."""
+    spans = _spans(data)
+    scans = [(s, e) for m, s, e in spans if m == 0xDA]
+    tables = [(s, e) for m, s, e in spans if m == 0xC4]
+    frame = next(s for m, s, _ in spans if m in (0xC0, 0xC1, 0xC2))
+    qtable = next(s for m, s, _ in spans if m == 0xDB)
+    out = {}
+    last = scans[-1]
+
+    def put(name: str, position: int, new: bytes) -> None:
+        out[name] = data[:position] + new + data[position + len(new):]
+
+    body = lambda span: span[0] + 4  # noqa: E731 - where a segment's contents start
+    count = lambda span: data[span[0] + 4]  # noqa: E731 - a scan's component count
+    for k, span in enumerate(scans[:4]):
+        header_end = body(span) + 1 + 2 * count(span) + 3
+        middle = (header_end + span[1]) // 2
+        size = max(1, min(60, (span[1] - header_end) // 3))
+        put(f"garbage-scan{k}", middle, rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        put(f"noff-scan{k}", middle, rng.integers(0, 255, size, dtype=np.uint8).tobytes())
+        put(f"zeros-scan{k}", middle, bytes(size))
+        params = body(span) + 1 + 2 * count(span)
+        ss, se, approx = data[params], data[params + 1], data[params + 2]
+        put(f"sos-se-scan{k}", params + 1, bytes([(se + 7) % 64 if se else 5]))
+        put(f"sos-ss-scan{k}", params, bytes([ss + 1 if ss < 63 else 0]))
+        put(f"sos-approx-scan{k}", params + 2, bytes([(approx + 0x11) & 0xFF]))
+        put(f"sos-al-scan{k}", params + 2, bytes([(approx & 0xF0) | 14]))
+        put(f"sos-tables-scan{k}", body(span) + 2, bytes([0x23]))  # tables DC 2 / AC 3: never defined
+        put(f"sos-component-scan{k}", body(span) + 1, bytes([0x7F]))  # an id not in the frame
+        put(f"sos-length-scan{k}", span[0] + 2, (int.from_bytes(data[span[0] + 2:span[0] + 4], "big") + 2)
+            .to_bytes(2, "big"))
+        out[f"dropped-scan{k}"] = data[:span[0]] + data[span[1]:]
+    for k, span in enumerate(tables[:3]):
+        put(f"dht-index-table{k}", body(span), bytes([data[body(span)] | 0x06]))
+        put(f"dht-counts-table{k}", body(span) + 1, bytes([3]))  # three 1-bit codes: no prefix code
+        put(f"dht-length-table{k}", span[0] + 2, (int.from_bytes(data[span[0] + 2:span[0] + 4], "big") - 3)
+            .to_bytes(2, "big"))
+        out[f"dropped-table{k}"] = data[:span[0]] + data[span[1]:]
+    put("sof-sampling", frame + 11, bytes([0x35]))  # 3 x 5: out of range
+    put("sof-fractional", frame + 11, bytes([0x33]))
+    put("sof-components", frame + 9, bytes([2]))
+    put("sof-precision", frame + 4, bytes([12]))
+    put("sof-zero-width", frame + 7, bytes(2))
+    put("sof-quant-table", frame + 12, bytes([3]))  # a quantisation table never defined
+    put("dqt-index", qtable + 4, bytes([0x05]))
+    put("dqt-length", qtable + 2, (int.from_bytes(data[qtable + 2:qtable + 4], "big") + 1).to_bytes(2, "big"))
+    if len(scans) > 1:
+        a, b = scans[-2], scans[-1]
+        out["swapped-scans"] = data[:a[0]] + data[b[0]:b[1]] + data[a[0]:a[1]] + data[b[1]:]
+    for fraction in (0.3, 0.7, 0.97):
+        out[f"truncated{int(fraction * 100)}"] = data[:int(len(data) * fraction)]
+    out["truncated-before-eoi"] = data[:-2]
+    out["no-eoi-trailer"] = data[:-2] + b"\x00" * 64
+    out["trailer-after-eoi"] = data + b"camera maker's trailer"  # allowed: not damage
+    out["second-scan-after-eoi"] = data + data[last[0]:last[1]]  # after the end marker: never read
+    return out
+
+
+def damaged_jpegs(folder: Path, seed: int = 0, size: tuple[int, int] = (96, 136),
+                  sources: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """Every damage of :func:`_damages` on every source of :func:`jpeg_sources` (``sources``: only those;
+    a few hundred files for all), ``size`` (h, w) pixels, written to ``folder``; returns {file name:
+    path}. Some damage leaves a file every decoder reads (a trailer after the end marker, a dropped scan no
+    refinement follows): the tests judge each file by the strict whole decode, not by its name."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for source, data in jpeg_sources(folder / ".sources", seed, size).items():
+        if sources is not None and source not in sources:
+            continue
+        for damage, damaged in _damages(data, rng).items():
+            path = folder / f"{source}-{damage}.jpg"
+            path.write_bytes(damaged)
+            written[path.name] = path
+    if (folder / ".sources").exists():
+        (folder / ".sources").rmdir()
+    return written

@@ -5,13 +5,11 @@ says where it ended; a split without ground truth has no mAP."""
 
 from __future__ import annotations
 
-import shutil
-
 import cv2
 import numpy as np
 import pytest
 
-from synth import make_dataset, micro_cfg
+from synth import make_dataset
 
 
 def _train(cli, cfg, data, project, *extra):
@@ -19,33 +17,9 @@ def _train(cli, cfg, data, project, *extra):
                "--evaluation-interval", 0, "--checkpoint-interval", 0, *extra)
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A micro run of one epoch (2 iterations) that reached its end: (run dir, cfg, data)."""
-    from turboyolo.cli import main
-
-    root = tmp_path_factory.mktemp("finished")
-    data = make_dataset(root / "data", 4, 2)
-    cfg = micro_cfg(root / "micro.cfg", batch=2)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TURBOYOLO_CACHE", str(root / "cache"))
-        assert main(["train", "--cfg", str(cfg), "--data", str(data), "--workers", "0", "--project",
-                     str(root / "runs"), "--epochs", "1", "--evaluation-interval", "0",
-                     "--checkpoint-interval", "0"]) == 0
-    return root / "runs" / "exp", cfg, data
-
-
-@pytest.fixture
-def run_copy(finished_run, tmp_path):
-    run_dir, cfg, data = finished_run
-    copy = tmp_path / "runs" / "exp"
-    shutil.copytree(run_dir, copy)
-    return copy, cfg, data
-
-
 @pytest.mark.parametrize("flag", ["--cfg", "--data", "--weights"])
-def test_resume_refuses_an_input_it_would_drop(run_copy, cli, tmp_path, flag):
-    run_dir, cfg, data = run_copy
+def test_resume_refuses_an_input_it_would_drop(trained_run_copy, cli, tmp_path, flag):
+    run_dir, cfg, data = trained_run_copy
     other = tmp_path / f"other{flag.strip('-')}.x"
     other.write_text("x")
     run = cli("train", "--resume", run_dir / "weights" / "last.pt", flag, other, "--epochs", 2)
@@ -54,15 +28,15 @@ def test_resume_refuses_an_input_it_would_drop(run_copy, cli, tmp_path, flag):
     assert "drop" in run.output and "start a new run" in run.output
 
 
-def test_resume_with_its_own_inputs_is_not_refused(run_copy, cli):
-    run_dir, cfg, data = run_copy
+def test_resume_with_its_own_inputs_is_not_refused(trained_run_copy, cli):
+    run_dir, cfg, data = trained_run_copy
     run = cli("train", "--resume", run_dir / "weights" / "last.pt", "--cfg", cfg, "--data", data)
     run.assert_clean(0)
     assert "the run is finished" in run.output
 
 
-def test_resuming_a_finished_run_says_so_and_keeps_its_weights(run_copy, cli):
-    run_dir, _, _ = run_copy
+def test_resuming_a_finished_run_says_so_and_keeps_its_weights(trained_run_copy, cli):
+    run_dir, _, _ = trained_run_copy
     weights = run_dir / "weights"
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in weights.iterdir()}
     run = cli("train", "--resume", weights / "last.pt")
@@ -72,8 +46,8 @@ def test_resuming_a_finished_run_says_so_and_keeps_its_weights(run_copy, cli):
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in weights.iterdir()} == before
 
 
-def test_resume_with_new_epochs_prints_the_refitted_plan(run_copy, cli):
-    run_dir, _, _ = run_copy
+def test_resume_with_new_epochs_prints_the_refitted_plan(trained_run_copy, cli):
+    run_dir, _, _ = trained_run_copy
     run = cli("train", "--resume", run_dir / "weights" / "last.pt", "--epochs", 2)
     run.assert_clean(0)
     lines = run.output.splitlines()
@@ -83,10 +57,10 @@ def test_resume_with_new_epochs_prints_the_refitted_plan(run_copy, cli):
     assert "4 planned iterations (2 epochs of 2)" in lines[plan], lines[plan]  # not the old 2 (1 epoch)
 
 
-def test_a_checkpoint_config_value_of_the_wrong_type_is_named(run_copy, cli):
+def test_a_checkpoint_config_value_of_the_wrong_type_is_named(trained_run_copy, cli):
     import torch
 
-    run_dir, _, _ = run_copy
+    run_dir, _, _ = trained_run_copy
     last = run_dir / "weights" / "last.pt"
     state = torch.load(last, weights_only=False)
     state["config"]["schedule"]["epochs"] = "ten"
@@ -187,10 +161,10 @@ def test_a_split_without_ground_truth_has_no_map(tmp_path, cli, tiny_model):
     assert "mAP@0.5 0.0000" not in run.output
 
 
-def test_a_checkpoint_with_a_damaged_plan_is_named(run_copy, cli):
+def test_a_checkpoint_with_a_damaged_plan_is_named(trained_run_copy, cli):
     import torch
 
-    run_dir, _, _ = run_copy
+    run_dir, _, _ = trained_run_copy
     last = run_dir / "weights" / "last.pt"
     state = torch.load(last, weights_only=False)
     state["plan"]["schedule"] = "fast"
@@ -207,3 +181,21 @@ def test_a_video_that_cannot_be_read_is_not_called_an_image(tmp_path, cli, tiny_
     run = cli("detect", broken, "--cfg", cfg, "--weights", weights, "--project", tmp_path / "d")
     run.assert_clean(0)
     assert "1 unreadable videos skipped" in run.output and "broken.avi" in run.output, run.output
+
+
+def test_resume_names_the_runs_own_inputs_it_ignores(trained_run_copy, cli):
+    """TRAINING.md: on --resume, options other than the resumable ones "are named as ignored"; the run's
+    own --cfg, --data and --weights too (they were accepted without a word)."""
+    import torch
+
+    run_dir, cfg, data = trained_run_copy
+    last = run_dir / "weights" / "last.pt"
+    state = torch.load(last, weights_only=False)
+    state["config"]["weights"] = str(run_dir / "start.weights")  # as a run started from weights
+    torch.save(state, last)
+    run = cli("train", "--resume", last, "--cfg", cfg, "--data", data, "--weights", run_dir / "start.weights",
+              "--lr", 0.5)
+    run.assert_clean(0)
+    line = next(line for line in run.output.splitlines() if "ignored: --" in line)
+    assert "--cfg" in line and "--data" in line and "--weights" in line, run.output
+    assert any("ignored: lr" in line for line in run.output.splitlines()), run.output

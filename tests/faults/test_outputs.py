@@ -126,8 +126,7 @@ def _train(cli, tmp_path, *extra):
                "--evaluation-interval", "0", "--checkpoint-interval", "0", *extra)
 
 
-def test_resume_writes_only_into_the_checkpoints_run_or_the_named_one(tmp_path, cli):
-    _train(cli, tmp_path, "--project", "runs").assert_clean(0)
+def test_resume_writes_only_into_the_checkpoints_run_or_the_named_one(tmp_path, cli, trained_run_copy):
     downloads = tmp_path / "Downloads"
     downloads.mkdir()
     copied = shutil.copy(tmp_path / "runs" / "exp" / "weights" / "last.pt", downloads / "last.pt")
@@ -219,8 +218,7 @@ def test_coco_gt_ids_of_two_images_of_one_name_keep_apart(tmp_path, cli, tiny_mo
     assert ids == {"train/images/img000.jpg": 11, "val/images/img000.jpg": 22}
 
 
-def test_train_exist_ok_never_writes_over_its_own_input_weights(tmp_path, cli):
-    _train(cli, tmp_path, "--project", "runs").assert_clean(0)
+def test_train_exist_ok_never_writes_over_its_own_input_weights(tmp_path, cli, trained_run_copy):
     last = tmp_path / "runs" / "exp" / "weights" / "last.pt"
     before = last.read_bytes()
     run = _train(cli, tmp_path, "--project", "runs", "--name", "exp", "--exist-ok", "--weights", last)

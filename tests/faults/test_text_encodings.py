@@ -28,15 +28,15 @@ def _windows_set(root):
 
 
 def test_byte_order_marks_are_read_as_text(tmp_path):
+    from synth import read_labels
     from turboyolo.data.scan import scan_dataset
     from turboyolo.formats.datasets import list_images, load_data_config
-    from turboyolo.formats.labels import read_yolo_labels
 
     data = _windows_set(tmp_path / "set")
     config = load_data_config(data)
     assert config.names == ["apple", "banana"]
     assert [p.name for p in list_images(config.train[0])] == [f"img{i}.jpg" for i in range(4)]
-    assert np.allclose(read_yolo_labels(tmp_path / "set" / "labels" / "img1.txt"), [[1, 0.5, 0.5, 0.3, 0.3]])
+    assert np.allclose(read_labels(tmp_path / "set" / "labels" / "img1.txt"), [[1, 0.5, 0.5, 0.3, 0.3]])
     scan = scan_dataset(data, "train")
     assert (len(scan.excluded), len(scan.fixed), len(scan.samples)) == (0, 0, 4)
 

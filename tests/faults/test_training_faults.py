@@ -16,6 +16,9 @@ import torch
 
 from synth import make_dataset, micro_cfg
 
+# the test of `make test` that covers the promise of a `full` one here (tests/conftest.py: the tiers)
+SIGKILL_FORK = "tests/train/test_train.py::test_sigkill_during_checkpoint_write_resumes_from_previous[fork]"
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
@@ -82,8 +85,9 @@ def test_ctrl_c_mid_epoch_saves_the_exact_position_and_resume_continues_it(tmp_p
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("writer", ["fork", "thread"])
+@pytest.mark.slow  # make test: the thread writer here, the fork writer in test_train.py's sigkill test
+@pytest.mark.parametrize("writer", [pytest.param("fork", marks=pytest.mark.full(covered_by=SIGKILL_FORK)),
+                                    "thread"])
 def test_ctrl_c_while_a_checkpoint_is_written_keeps_both_whole(tmp_path, writer):
     data = make_dataset(tmp_path / "data", 4, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
@@ -100,6 +104,7 @@ def test_ctrl_c_while_a_checkpoint_is_written_keeps_both_whole(tmp_path, writer)
 
 
 @pytest.mark.slow
+@pytest.mark.full(covered_by=SIGKILL_FORK)  # killed at the worst moment, in the write
 def test_kill_9_at_a_random_moment_leaves_a_checkpoint_that_resumes(tmp_path):
     data = make_dataset(tmp_path / "data", 8, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
@@ -115,7 +120,8 @@ def test_kill_9_at_a_random_moment_leaves_a_checkpoint_that_resumes(tmp_path):
     assert torch.load(weights / "last.pt", weights_only=True)["epoch"] == saved["epoch"] + 1
 
 
-@pytest.mark.parametrize("writer", ["fork", "thread"])
+@pytest.mark.parametrize("writer", ["fork", pytest.param("thread", marks=pytest.mark.full(
+    covered_by="tests/faults/test_training_faults.py::test_a_full_disk_during_a_checkpoint_write_stops_the_run_and_keeps_the_previous_one[fork]"))])
 def test_a_full_disk_during_a_checkpoint_write_stops_the_run_and_keeps_the_previous_one(tmp_path, writer):
     data = make_dataset(tmp_path / "data", 4, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
@@ -158,6 +164,7 @@ def test_an_output_folder_that_cannot_be_written_is_named(tmp_path, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.full(covered_by="tests/faults/test_read_only.py::test_every_writer_names_a_read_only_folder")
 def test_read_only_output_folder(tmp_path, read_only):
     """A read-only --project (a read-only mount: refused to root too; see faults/conftest.py)."""
     data = make_dataset(tmp_path / "data", 4, 2)

@@ -77,6 +77,19 @@ def test_label_rules():
     assert label_path_for(Path("/d/myimages/x.png")) == Path("/d/myimages/x.txt")
 
 
+def test_label_paths_for_is_label_path_for_per_image(tmp_path):
+    from turboyolo.formats.datasets import label_paths_for
+
+    (tmp_path / "train_labels").mkdir()  # PyTorch-YOLOv3's sibling folder exists for train_images only
+    names = ["x.jpg", "x.tar.jpg", ".hidden", ".hidden.png", "noext", "a.", "a..jpg", "sp ace.JPG",
+             "caf\udce9.jpg", "..", "v.JPEG"]
+    folders = [tmp_path / "train_images", tmp_path / "val_images", tmp_path / "images" / "s" / "images",
+               tmp_path / "images", tmp_path / "plain", Path("images"), Path("rel") / "dir", Path("."),
+               Path("/")]
+    images = [folder / name for folder in folders for name in names] + ["x.jpg", "images/y.png"]
+    assert label_paths_for(images) == [str(label_path_for(image)) for image in images]
+
+
 def test_disagreement_warning(tmp_path):
     img = tmp_path / "images" / "set" / "images" / "x.jpg"
     img.parent.mkdir(parents=True)

@@ -88,7 +88,10 @@ def test_backend_choice_per_device_and_precision(monkeypatch):
     with pytest.raises(FlagError, match="--backend 'tensorrt'"):
         backends.choose_backend("tensorrt", cpu, torch.float32)
     monkeypatch.setattr(backends, "onnxruntime_missing", lambda: None)
-    assert backends.choose_backend("auto", cpu, torch.float32) == "torch"  # the tuned kernels: faster
+    assert backends.choose_backend("auto", cpu, torch.float32) == "torch"  # never timed: the same digits
+    assert backends.choose_backend("tuned", cpu, torch.float32) == "tuned"
+    with pytest.raises(FlagError, match="--backend tuned runs float32 on the CPU"):
+        backends.choose_backend("tuned", cuda, torch.float32)
     assert backends.choose_backend("onnxruntime", cpu, torch.float32) == "onnxruntime"
     monkeypatch.setattr(backends, "onnxruntime_missing", lambda: "onnxruntime is not installed (pip ...)")
     with pytest.raises(FlagError, match="onnxruntime is not installed"):
@@ -103,22 +106,24 @@ def test_backends_agree_and_the_export_is_cached(tmp_path, monkeypatch):
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 256, (70 + 9 * k, 120, 3), dtype=np.uint8) for k in range(3)]
     runners, counts = {}, {}
-    for name in ("torch", "onnxruntime", "auto"):
+    for name in ("torch", "tuned", "onnxruntime", "auto"):
         predictor = Predictor(model, backend=name)
-        assert predictor.runner.name == ("onnxruntime" if name == "onnxruntime" else "torch")
+        assert predictor.runner.name == ("torch" if name == "auto" else name)
         runners[name] = predictor.runner
         counts[name] = [len(p.scores) for p in predictor.predict_arrays(images, conf_thres=0.01)]
     assert len(list((tmp_path / "cache" / "onnx").glob("*.onnx"))) == 1
-    assert counts["torch"] == counts["onnxruntime"] == counts["auto"] and min(counts["torch"]) > 0
+    assert counts["torch"] == counts["tuned"] == counts["onnxruntime"] == counts["auto"]
+    assert min(counts["torch"]) > 0
     monkeypatch.setattr(backends, "export_onnx", lambda *a, **k: pytest.fail("exported twice"))
     assert Predictor(model, backend="onnxruntime").runner.path == runners["onnxruntime"].path
     batch = torch.stack([darknet_letterbox(image, 96, 96)[0] for image in images])
-    for ours, theirs in zip(runners["torch"](batch), runners["onnxruntime"](batch)):
-        assert ours.shape == theirs.shape
-        assert torch.allclose(ours.float(), theirs, atol=1e-4), (ours - theirs).abs().max()
+    for name in ("tuned", "onnxruntime"):
+        for ours, theirs in zip(runners["torch"](batch), runners[name](batch)):
+            assert ours.shape == theirs.shape
+            assert torch.allclose(ours.float(), theirs, atol=1e-4), (name, (ours - theirs).abs().max())
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("onnxruntime", marks=pytest.mark.skipif(
+@pytest.mark.parametrize("backend", ["torch", "tuned", pytest.param("onnxruntime", marks=pytest.mark.skipif(
     not HAS_ORT, reason="onnxruntime / onnx not installed"))])
 def test_detect_command_takes_backend(backend, tmp_path, monkeypatch):
     monkeypatch.setenv("TURBOYOLO_CACHE", str(tmp_path / "cache"))
@@ -138,3 +143,66 @@ def test_detect_command_takes_backend(backend, tmp_path, monkeypatch):
     assert main(argv) == 0
     predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
     assert predictions and {p["file_name"] for p in predictions} == {"a.jpg"}
+
+
+def _detect_files(tmp_path, name: str, *flags: str) -> list:
+    """``turboyolo detect`` of a random yolov3-tiny on two generated images; its predictions."""
+    spec = make_spec("yolov3-tiny", num_classes=2, width=96, height=96)
+    torch.manual_seed(5)
+    model = Darknet(spec)
+    random_batch_norm(model, seed=5)
+    from PIL import Image
+
+    from turboyolo.formats.darknet_cfg import write_cfg
+
+    cfg, weights = write_cfg(spec, tmp_path / "m.cfg"), save_darknet_weights(model, tmp_path / "m.weights")
+    rng = np.random.default_rng(5)
+    for index, shape in enumerate(((70, 120, 3), (96, 64, 3))):
+        Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)).save(tmp_path / f"{index}.png")
+    argv = ["detect", str(tmp_path / "0.png"), str(tmp_path / "1.png"), "--weights", str(weights), "--cfg",
+            str(cfg), "--conf-thres", "0.01", "--no-draw", "--device", "cpu", "--project", str(tmp_path),
+            "--name", name, *flags]
+    assert main(argv) == 0
+    return json.loads((tmp_path / name / "predictions.json").read_text())
+
+
+def test_a_tuned_kernel_with_wrong_numbers_falls_back_to_pytorchs_convolution(tmp_path, monkeypatch, capsys):
+    """--backend tuned checks each chosen way against PyTorch's convolution on the input it was timed on:
+    a way made to compute wrong numbers is dropped, with one line per layer shape, and the predictions
+    are the default backend's."""
+    from turboyolo.model import cpu_kernels
+
+    plain = _detect_files(tmp_path, "plain")
+    capsys.readouterr()
+    real = cpu_kernels.TunedConv._onednn
+    monkeypatch.setattr(cpu_kernels.TunedConv, "_onednn", lambda self, x: real(self, x) * 1.01)
+    monkeypatch.setattr(cpu_kernels, "WAYS", ("onednn",))  # the only way there is: always chosen
+    tuned = _detect_files(tmp_path, "tuned", "--backend", "tuned")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("--backend tuned:")]
+    shapes = {line.split(" convolution on ")[0] for line in lines}
+    assert lines and len(shapes) == len(lines)  # one line per layer shape (layers of one shape share)
+    assert all("the onednn kernel" in line and "more than rounding" in line for line in lines)
+    assert tuned == plain  # every layer fell back: PyTorch's own convolution, the same digits
+
+
+def test_tuned_keeps_pytorchs_public_path_on_a_pytorch_the_suite_has_not_run(tmp_path, monkeypatch, capsys):
+    from turboyolo.model import cpu_kernels
+
+    plain = _detect_files(tmp_path, "plain")
+    capsys.readouterr()
+    monkeypatch.setattr(torch, "__version__", "2.99.0+cpu")
+    monkeypatch.setattr(cpu_kernels.TunedConv, "__init__", lambda *a, **k: pytest.fail("tuned on 2.99"))
+    assert _detect_files(tmp_path, "tuned", "--backend", "tuned") == plain
+    notes = [line for line in capsys.readouterr().err.splitlines() if "--backend tuned" in line]
+    assert notes == [f"note: --backend tuned: its kernels call PyTorch internals checked on PyTorch "
+                     f"{', '.join(cpu_kernels.TESTED_TORCH)} only; this is 2.99: PyTorch's public "
+                     "convolution runs"]
+    assert cpu_kernels.torch_release("2.14.1+cu130") == "2.14" and cpu_kernels.torch_release("3.0") == "3.0"
+
+
+def test_test_takes_the_tuned_kernels_on_the_cpu_in_float32_only(tmp_path, capsys):
+    _detect_files(tmp_path, "plain")  # writes m.cfg and m.weights
+    argv = ["test", "--weights", str(tmp_path / "m.weights"), "--cfg", str(tmp_path / "m.cfg"), "--data",
+            str(tmp_path / "missing.data"), "--device", "cpu", "--kernels", "tuned", "--amp", "bf16"]
+    assert main(argv) != 0
+    assert "--kernels tuned runs float32 on the CPU" in capsys.readouterr().err

@@ -51,9 +51,10 @@ def _assert_matches_reference(predictions, tolerance_report=None):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,ways", [
-    ("torch", None),  # each layer's kernel as measured here
-    ("torch", ("winograd",)),  # NNPACK's Winograd wherever a layer can take it, PyTorch's conv elsewhere
-    ("torch", ("onednn",)),  # oneDNN with packed weights and fused activations everywhere
+    ("torch", None),  # PyTorch's public modules (the default)
+    ("tuned", None),  # each layer's kernel as measured here
+    ("tuned", ("winograd",)),  # NNPACK's Winograd wherever a layer can take it, PyTorch's conv elsewhere
+    ("tuned", ("onednn",)),  # oneDNN with packed weights and fused activations everywhere
     pytest.param("onnxruntime", None, marks=pytest.mark.skipif(
         importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime not installed")),
 ])

@@ -86,3 +86,32 @@ def test_run_label_is_the_job_without_the_cli(boxes_dataset, tiny_cfg, tiny_weig
     assert [r.status for r in report.rows].count("written") == 1 and len(report.rows) == 6
     assert report.summary().startswith("6 images: 1 labelled by the model")
     assert (tmp_path / "review" / "review.csv").is_file()
+
+
+def test_a_label_a_person_saves_while_the_model_predicts_is_kept(boxes_dataset, tiny_cfg, tiny_weights_file,
+                                                                 tmp_path, monkeypatch):
+    """`label` decides which files to write before it predicts; a review save landing in between (the
+    review server holds the same folder lock) is kept, never overwritten by the model's boxes."""
+    from turboyolo.infer.predict import Predictor
+
+    labels = sorted((boxes_dataset / "labels").glob("*.txt"))
+    for path in labels:
+        path.unlink()
+    saved = labels[1]
+    real_run = Predictor.run
+
+    def run_while_a_person_saves(self, arrays, *args, **kwargs):
+        if not saved.exists():
+            saved.write_text("0 0.5 0.5 0.25 0.25\n")  # as the review server's save would, mid-run
+        return real_run(self, arrays, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "run", run_while_a_person_saves)
+    assert main(["label", "--cfg", str(tiny_cfg), "--weights", str(tiny_weights_file), "--data",
+                 str(boxes_dataset / "images"), "--conf-thres", "0.2", "--device", "cpu",
+                 "--project", str(tmp_path / "runs")]) == 0
+    assert saved.read_text() == "0 0.5 0.5 0.25 0.25\n"
+    assert not is_model_made(saved)
+    assert all(p.is_file() for p in labels)
+    with open(tmp_path / "runs" / "exp" / "review.csv") as handle:
+        statuses = [row["status"] for row in csv.DictReader(handle)]
+    assert statuses.count("kept") == 1 and statuses.count("written") == len(labels) - 1

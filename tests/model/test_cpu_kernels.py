@@ -151,8 +151,10 @@ def test_the_strided_max_pool_is_max_pool2d_nan_included(height, width, padding)
 
 
 def test_tuning_leaves_darknet_arithmetic_and_other_pools_alone():
+    from turboyolo.exact.modules import DarknetConv2d
+
     model = Darknet(make_spec("yolov3-tiny", num_classes=2, width=64, height=64)).inference_copy()
-    model.layers[0].darknet_arithmetic = True
+    model.layers[0].conv = DarknetConv2d.replacing(model.layers[0].conv)
     tune_for_cpu(model)
     assert isinstance(model.layers[0], ConvBlock)
     assert isinstance(model.layers[11], DarknetMaxPool) and model.layers[11].stride == 1
@@ -162,14 +164,15 @@ def test_tuning_leaves_darknet_arithmetic_and_other_pools_alone():
 def test_inference_copy_for_tunes_only_plain_float32_on_the_cpu():
     model = Darknet(make_spec("yolov3-tiny", num_classes=2, width=64, height=64))
     cpu = torch.device("cpu")
-    assert any(isinstance(m, TunedConv) for m in model.inference_copy_for(cpu).layers)
-    for untuned in (model.inference_copy_for(cpu, torch.bfloat16),
-                    model.inference_copy_for(cpu, autocast=torch.bfloat16)):
+    assert any(isinstance(m, TunedConv) for m in model.inference_copy_for(cpu, tuned=True).layers)
+    for untuned in (model.inference_copy_for(cpu),  # the default: PyTorch's public modules
+                    model.inference_copy_for(cpu, torch.bfloat16, tuned=True),
+                    model.inference_copy_for(cpu, autocast=torch.bfloat16, tuned=True)):
         assert not any(isinstance(m, TunedConv) for m in untuned.layers)
         assert untuned.layers[0].conv.weight.is_contiguous(memory_format=torch.channels_last)
     x = torch.rand(1, 3, 64, 64)
     with torch.inference_mode():
-        got, expected = model.inference_copy_for(cpu)(x), model.eval()(x)
+        got, expected = model.inference_copy_for(cpu, tuned=True)(x), model.eval()(x)
     assert _close(got, expected) < 1e-4
 
 

@@ -1,5 +1,6 @@
-"""``--arithmetic darknet`` (model/darknet_arithmetic.py): Darknet's float32 operations, checked against
-the C loops they transcribe, written out here element by element; gradients are PyTorch's usual ones.
+"""``--arithmetic darknet`` (exact/arithmetic.py, carried by the modules of exact/modules.py): Darknet's
+float32 operations, checked against the C loops they transcribe, written out here element by element;
+gradients are PyTorch's usual ones.
 
 (The whole forward of yolov3-tiny was compared with ``libdarknet.so``'s layer outputs: every element of
 every layer equal; tests/train/test_darknet_command.py checks the effect through the command.)
@@ -11,8 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from turboyolo.model import darknet_arithmetic as arith
-from turboyolo.model.layers import DarknetBatchNorm2d
+from turboyolo.exact import arithmetic as arith
+from turboyolo.exact.modules import DarknetTrainingBatchNorm2d
 
 
 def _gemm_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
@@ -92,10 +93,36 @@ def test_leaky_is_a_double_tenth():
 def test_batch_norm_exact_path_differs_only_by_rounding():
     """The exact path (CPU, float32) computes the same batch norm, rounded as Darknet rounds."""
     torch.manual_seed(0)
-    bn = DarknetBatchNorm2d(4).train()
-    bn.darknet_training = True
+    bn = DarknetTrainingBatchNorm2d(4).train()
     x = torch.randn(2, 4, 6, 6) * 5 + 2
     plain = bn(x)
-    bn.darknet_arithmetic = True
+    bn.exact = True
     exact = bn(x)
     torch.testing.assert_close(plain, exact, rtol=0, atol=1e-5)
+
+
+def test_to_darknet_swaps_the_blocks_modules_and_keeps_their_tensors():
+    """Darknet's arithmetic comes in by swapping modules: the network built from a cfg has none of it, and
+    the swap keeps every parameter and buffer (the same tensors, the same state_dict keys)."""
+    from turboyolo.exact.modules import DarknetConv2d, DarknetLeakyReLU, to_darknet
+    from turboyolo.model.darknet import Darknet
+    from turboyolo.model.zoo import make_spec
+
+    torch.manual_seed(0)
+    model = Darknet(make_spec("yolov3-tiny", num_classes=2, width=32, height=32))
+    assert not [m for m in model.modules() if type(m).__module__.startswith("turboyolo.exact")]
+    keys, tensors = list(model.state_dict()), [id(t) for t in (*model.parameters(), *model.buffers())]
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        plain = model.train()(x)
+    to_darknet(model, arithmetic=True, batch_norm=True)
+    assert list(model.state_dict()) == keys
+    assert [id(t) for t in (*model.parameters(), *model.buffers())] == tensors
+    block = model.layers[0]
+    assert (type(block.conv), type(block.bn), type(block.act)) == (
+        DarknetConv2d, DarknetTrainingBatchNorm2d, DarknetLeakyReLU)
+    assert block.bn.exact
+    with torch.no_grad():
+        exact = model(x)
+    # Darknet's batch norm in training (the unbiased variance, sqrt(var) + 1e-6) gives other outputs
+    assert all(a.isfinite().all() and not torch.equal(a, b) for a, b in zip(exact, plain))

@@ -10,6 +10,9 @@ from turboyolo.model.darknet import Darknet
 from turboyolo.model.layers import DarknetBatchNorm2d, DarknetMaxPool
 from turboyolo.model.zoo import make_spec
 
+# the test of `make test` that covers the promise of a `full` one here (tests/conftest.py: the tiers)
+SMALLEST = "tests/model/test_darknet_model.py::test_forward_shapes_yolov3[320]"
+
 EXPECTED = {  # architecture: (trainable parameters, floats in the .weights file) at 80 classes
     "yolov3": (61_949_149, 62_001_757),
     "yolov3-tiny": (8_852_366, 8_858_734),
@@ -24,7 +27,8 @@ def test_parameter_counts(arch):
     assert model.flat_weights().size == EXPECTED[arch][1]
 
 
-@pytest.mark.parametrize("size", [320, 416, 608])
+@pytest.mark.parametrize("size", [320, *(pytest.param(size, marks=pytest.mark.full(covered_by=SMALLEST))
+                                          for size in (416, 608))])
 def test_forward_shapes_yolov3(size):
     model = Darknet(make_spec("yolov3", num_classes=2)).eval()
     with torch.no_grad():
@@ -162,8 +166,9 @@ def test_darknet_training_batchnorm_is_darknets_code():
     """``bn_train=darknet``: forward, backward and rolling statistics as pjreddie's C code computes them
     (not PyTorch's: biased variance inside sqrt(var + eps), and the exact derivative)."""
     torch.manual_seed(0)
-    bn = DarknetBatchNorm2d(5).double().train()
-    bn.darknet_training = True
+    from turboyolo.exact.modules import DarknetTrainingBatchNorm2d
+
+    bn = DarknetTrainingBatchNorm2d.replacing(DarknetBatchNorm2d(5), exact=False).double().train()
     with torch.no_grad():
         bn.weight.uniform_(0.5, 2.0)
         bn.bias.uniform_(-1.0, 1.0)

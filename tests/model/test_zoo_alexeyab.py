@@ -139,7 +139,8 @@ def test_cfg_command_writes_the_family(arch, tmp_path):
 @pytest.mark.parametrize(
     "exporter, archs",
     [
-        pytest.param("dynamo", ("yolov7-tiny", "yolov4-tiny"), marks=pytest.mark.slow),
+        pytest.param("dynamo", ("yolov7-tiny", "yolov4-tiny"), marks=[pytest.mark.slow, pytest.mark.full(
+            covered_by="tests/model/test_zoo_alexeyab.py::test_family_exports_to_onnx[torchscript-archs1]")]),
         pytest.param("torchscript", ("yolov7-tiny",), marks=pytest.mark.slow),  # yolov4-tiny: test_train_v4
     ],
 )

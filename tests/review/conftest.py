@@ -44,11 +44,11 @@ def make_review_set(root: Path, size=(300, 400)) -> Path:
 class ReviewProcess:
     """A running ``turboyolo review DATA --no-browser``: its URL, token and output."""
 
-    def __init__(self, data: Path, cache: Path, *flags: str):
+    def __init__(self, data: Path, cache: Path, *flags: str, prefix: tuple[str, ...] = ()):
         env = {**os.environ, "TURBOYOLO_CACHE": str(cache)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "turboyolo", "review", str(data), "--no-browser",
-                                      *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "turboyolo", "review", str(data),
+                                      "--no-browser", *flags], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
         self.lines: list[str] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -85,11 +85,35 @@ def review_set(tmp_path) -> Path:
 def start_review(tmp_path):
     started: list[ReviewProcess] = []
 
-    def start(data: Path, *flags: str) -> ReviewProcess:
-        process = ReviewProcess(data, tmp_path / "cache", *flags)
+    def start(data: Path, *flags: str, prefix: tuple[str, ...] = ()) -> ReviewProcess:
+        process = ReviewProcess(data, tmp_path / "cache", *flags, prefix=prefix)
         started.append(process)
         return process
 
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_review_set(tmp_path_factory) -> Path:
+    """A review set of :func:`make_review_set` for a whole module (one server for many requests)."""
+    return make_review_set(tmp_path_factory.mktemp("module_review") / "ds")
+
+
+@pytest.fixture(scope="module")
+def start_module_review(tmp_path_factory):
+    """``start_review`` for servers that live as long as the module; each is stopped at its end, and
+    its output must hold no traceback."""
+    started: list[ReviewProcess] = []
+    cache = tmp_path_factory.mktemp("module_cache")
+
+    def start(data: Path, *flags: str) -> ReviewProcess:
+        process = ReviewProcess(data, cache, *flags)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        code, output = process.stop()
+        assert code == 0 and "Traceback" not in output, output

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from synth import read_labels
 from turboyolo.data.autolabels import label_status
-from turboyolo.formats.labels import read_yolo_labels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -127,7 +127,7 @@ def test_a_person_draws_moves_relabels_deletes_saves_and_meets_a_conflict(browse
                 [2, round((x0 + x1) / 2, 6), round((y0 + y1) / 2, 6), round(x1 - x0, 6), round(y1 - y0, 6)]]
     lines = label.read_text().splitlines()
     assert len(lines) == 2 and [line.split()[0] for line in lines] == ["0", "2"]
-    close(read_yolo_labels(label).tolist(), expected)
+    close(read_labels(label).tolist(), expected)
     assert label_status(label) == "reviewed"
 
     # the person changes a class while another program changes the file: the save is refused
@@ -214,7 +214,7 @@ def test_the_models_boxes_are_shown_and_one_key_accepts_a_missing_one(browser, r
     wait_for(browser, "window.review.S.status == 'reviewed'")
     name = browser.find_element("id", "name").text
     label = review_set.parent / "labels" / f"{name.rsplit('.', 1)[0]}.txt"
-    close(read_yolo_labels(label).tolist(), [[int(r[0]), *r[1:]] for r in rows], tol=1e-6)
+    close(read_labels(label).tolist(), [[int(r[0]), *r[1:]] for r in rows], tol=1e-6)
 
 
 def iou(a, b) -> float:
@@ -222,3 +222,71 @@ def iou(a, b) -> float:
     bx1, by1, bx2, by2 = b[1] - b[3] / 2, b[2] - b[4] / 2, b[1] + b[3] / 2, b[2] + b[4] / 2
     inter = max(0, min(ax2, bx2) - max(ax1, bx1)) * max(0, min(ay2, by2) - max(ay1, by1))
     return inter / (a[3] * a[4] + b[3] * b[4] - inter + 1e-12)
+
+
+@pytest.fixture
+def other_site(tmp_path):
+    """``other_site(name, html) -> URL``: a page served by a second web server on this machine (another
+    origin on 127.0.0.1, the same *site* for the browser's cookies), as any local dev server is."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path / "other_site"
+    folder.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=folder))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def page(name: str, html: str) -> str:
+        (folder / name).write_text(html)
+        return f"http://127.0.0.1:{server.server_address[1]}/{name}"
+
+    yield page
+    server.shutdown()
+    server.server_close()
+
+
+def test_another_local_sites_form_or_fetch_cannot_save_and_the_token_leaves_the_address_bar(
+        browser, review_set, start_review, other_site):
+    import hashlib
+    import html
+    import json
+
+    process = start_review(review_set, "--order", "name")
+    browser.get(process.url)  # the person has the review open (its cookie is set)
+    wait_for(browser, "window.review && window.review.shown.length >= 1")
+    label = review_set.parent / "labels" / "a.txt"
+    before = label.read_bytes()
+    edit = json.dumps({"rows": [[2, 0.5, 0.5, 0.1, 0.1]], "base": hashlib.sha1(before).hexdigest(), "x": ""})
+    target = f"{process.base}api/labels/a.jpg?t={process.token}"  # the URL's token: history, scrollback
+    # a form of text/plain whose body is that JSON: name '{"rows": ..., "x": "', value '"}'
+    name, value = edit[:-2], edit[-2:]
+    form = (f"<form method=post enctype=text/plain action='{html.escape(target)}'><input type=hidden "
+            f"name='{html.escape(name)}' value='{html.escape(value)}'></form>"
+            "<script>document.forms[0].submit()</script>")
+    browser.get(other_site("form.html", form))
+    deadline = time.monotonic() + 30
+    while not browser.current_url.startswith(process.base) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the form went out and its answer is shown
+    assert browser.current_url.startswith(process.base), browser.current_url
+    assert label.read_bytes() == before and label_status(label) == "human"
+    # a script of the other site: fetch without CORS (a "simple" request, the browser sends it)
+    browser.get(other_site("fetch.html", "<p>other site</p>"))
+    sent = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', mode: 'no-cors', credentials: 'include', body: arguments[1]})"
+        ".then(() => done('sent'), (err) => done(String(err)));", target, edit)
+    assert sent == "sent"
+    assert label.read_bytes() == before and label_status(label) == "human"
+    # the page keeps the token out of the address bar; a reload still opens it (its cookie)
+    browser.get(process.url)
+    wait_for(browser, "window.review && window.review.shown.length >= 1")
+    assert "t=" not in browser.current_url and process.token not in browser.current_url
+    browser.refresh()
+    wait_for(browser, "window.review && window.review.shown.length >= 1 && window.review.S.rows.length == 2")
+    assert browser.execute_script("return window.review.errors") == []

@@ -7,19 +7,27 @@ import json
 import os
 from urllib.parse import urlsplit
 
+import pytest
 from PIL import Image
 
 from turboyolo.data.autolabels import label_status
 
 
-def request(process, method: str, path: str, body: dict | None = None, token: str | None = "own"):
-    """(status, bytes) of a raw request: the path is sent as written (``../`` is not normalized away)."""
+def request(process, method: str, path: str, body: dict | None = None, token: str | None = "own",
+            headers: dict | None = None):
+    """(status, bytes) of a raw request as the page sends it (a GET's token in the URL, a POST's in the
+    header): the path is sent as written (``../`` is not normalized away); ``headers`` add or replace."""
     where = urlsplit(process.base)
     connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
-    if token:
-        path += ("&" if "?" in path else "?") + f"t={process.token if token == 'own' else token}"
+    token = process.token if token == "own" else token
+    sent = {"Content-Type": "application/json"}
+    if token and method == "GET":
+        path += ("&" if "?" in path else "?") + f"t={token}"
+    elif token:
+        sent["X-Turboyolo-Token"] = token
+    sent.update(headers or {})
     data = json.dumps(body).encode() if body is not None else None
-    connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    connection.request(method, path, body=data, headers=sent)
     response = connection.getresponse()
     return response.status, response.read()
 
@@ -111,3 +119,33 @@ def test_a_taken_port_and_a_missing_data_set_are_named(review_set, start_review,
     assert f"--port {port}: cannot listen there" in capsys.readouterr().err
     assert main(["review", str(tmp_path / "nowhere"), "--no-browser"]) == 1
     assert "nowhere: no such data file or folder" in capsys.readouterr().err
+
+
+def test_a_read_only_data_set_is_shown_and_a_save_is_refused_with_the_reason(review_set, start_review,
+                                                                             tmp_path):
+    """The data set on a read-only mount (a bind mount in a private namespace, as for root too): the
+    review starts, says so, shows the labels, and answers a save with the reason; nothing changes."""
+    import shutil
+    import subprocess
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    bind = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "sh", "-c", bind, str(probe), "sh",
+                                                      "-c", f"! touch {probe}/x"]).returncode:
+        pytest.skip("unshare cannot bind a folder read-only here")
+    labels = review_set.parent / "labels"
+    before = {path.name: path.read_bytes() for path in labels.iterdir()}
+    process = start_review(review_set, prefix=("unshare", "-rm", "sh", "-c", bind, str(review_set.parent)))
+    assert any("cannot write there" in line and "saving them is refused" in line for line in process.lines)
+    status, body = request(process, "GET", "/api/labels/a.jpg")
+    assert status == 200 and len(json.loads(body)["rows"]) == 2
+    for key in ("a.jpg", "c.png"):  # an existing label file, and one that would be new
+        sha1 = json.loads(request(process, "GET", f"/api/labels/{key}")[1])["sha1"]
+        status, body = request(process, "POST", f"/api/labels/{key}",
+                               {"rows": [[2, 0.5, 0.5, 0.1, 0.1]], "base": sha1})
+        assert status == 500 and "Read-only file system" in json.loads(body)["error"], body
+    assert request(process, "GET", "/api/session")[0] == 200
+    code, output = process.stop()
+    assert code == 0 and "Traceback" not in output and "review stopped: 0 saves" in output, output
+    assert {path.name: path.read_bytes() for path in labels.iterdir()} == before

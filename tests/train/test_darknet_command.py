@@ -9,7 +9,7 @@ entries per iteration as Darknet does, whatever the list's length). Compared: ev
 Darknet update (less one float32 spacing of the weight), after 1 and 10 iterations.
 
 With the recipe's ``--arithmetic darknet`` the whole step is Darknet's float operations
-(train/darknet_step.py): on this machine every element of every tensor is equal to the binary's after 1
+(exact/step.py): on this machine every element of every tensor is equal to the binary's after 1
 and after 10 iterations on every scene (docs/DARKNET_TRAINING.md). The bars below allow a difference of
 float rounding (one float32 spacing of a weight is not counted) and its growth over ten iterations,
 should a C library round one ``exp`` or ``logf`` differently: 1000x and 100x under the issue's. Where
@@ -108,9 +108,21 @@ def update_errors(ours: np.ndarray, start: np.ndarray, theirs: np.ndarray) -> di
 
 SCENES = [(photo, seed, 512 if photo == "person" else 256) for seed, photo in enumerate(SCENE_PHOTOS)]
 RUNS = (1, 10)  # iterations compared
+# `make test` compares the first scene; `make test-all` every one (tests/conftest.py: the tiers)
+FIRST = "tests/train/test_darknet_command.py::test_command_matches_darknet[dog0_256]"
+FIRST_FIXTURE = "tests/train/test_darknet_command.py::test_command_matches_darknet_fixture[dog0_256]"
 
 
-@pytest.mark.parametrize("scene", [pytest.param(scene, id=f"{scene[0]}{scene[1]}_{scene[2]}", marks=live)
+def _later(scene_id: str, first: str) -> list:
+    return [] if first.endswith(f"[{scene_id}]") else [pytest.mark.full(covered_by=first)]
+
+
+def _scene_id(scene) -> str:
+    return f"{scene[0]}{scene[1]}_{scene[2]}"
+
+
+@pytest.mark.parametrize("scene", [pytest.param(scene, id=_scene_id(scene),
+                                                marks=[*live, *_later(_scene_id(scene), FIRST)])
                                    for scene in SCENES])
 def test_command_matches_darknet(tmp_path, tiny_weights, scene):
     """Live: the installed binary and turboyolo on each scene, every element of every tensor."""
@@ -132,7 +144,8 @@ def _fixture_cases():
 
 @pytest.mark.skipif(shutil.which("darknet") is not None and PHOTOS.exists(),
                     reason="the live comparison runs instead (test_command_matches_darknet)")
-@pytest.mark.parametrize("name", _fixture_cases())
+@pytest.mark.parametrize("name", [pytest.param(name, marks=_later(name, FIRST_FIXTURE))
+                                  for name in _fixture_cases()])
 def test_command_matches_darknet_fixture(tmp_path, tiny_weights, name):
     """Without the binary: the same comparison at the elements the fixture keeps (make_scene_reference.py:
     each tensor's 4 largest Darknet updates and 12 random elements, and its largest update)."""

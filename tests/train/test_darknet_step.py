@@ -1,4 +1,4 @@
-"""Darknet's training step (train/darknet_step.py): each reduction against the compiled loop it transcribes
+"""Darknet's training step (exact/step.py): each reduction against the compiled loop it transcribes
 (written out here element by element, and, where ``libdarknet.so`` is installed, against the library's own
 functions), the whole step against autograd's gradient on a generated network with every layer type it
 takes, and through ``turboyolo train --config darknet``.
@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from turboyolo.model import darknet_arithmetic as arith
-from turboyolo.train import darknet_step as ds
+from turboyolo.exact import arithmetic as arith
+from turboyolo.exact import step as ds
+from turboyolo.exact.modules import to_darknet
 
 F32 = np.float32
 LIBDARKNET = Path("/usr/lib/darknet/libdarknet.so")
@@ -400,11 +401,7 @@ def test_step_is_autograds_gradient_in_darknets_order(tmp_path, seed):
     from turboyolo.train.optim import OptimizerSettings, Schedule, build_optimizer
 
     model = _generated_model(tmp_path, seed=seed)
-    for module in model.modules():
-        if hasattr(module, "darknet_training"):
-            module.darknet_training = True
-        if hasattr(module, "darknet_arithmetic"):
-            module.darknet_arithmetic = True
+    to_darknet(model, arithmetic=True, batch_norm=True)
     assert ds.unsupported(model) is None
     assert ds.overwritten_deltas(model) == [2]  # layer 2 feeds the 1x1 convolution 3 and the shortcut 5
     images, targets = _generated_batch(seed)
@@ -591,3 +588,7 @@ def test_rate_is_get_current_rate(policy):
         assert math.isclose(float(rate), lr_at(schedule, iteration), rel_tol=1e-6)
     steps = Schedule(0.001, policy="steps", steps=(5, 8), scales=(0.1, 0.5))
     assert ds.darknet_rate(steps, 9) == F32(F32(F32(0.001) * F32(0.1)) * F32(0.5))  # rate *= scale, in float
+    cosine = Schedule(0.001, policy="cosine", max_batches=12)  # turboyolo's own: the trainer's rate, in float
+    assert ds.darknet_rate(cosine, 6, lr_at) == F32(lr_at(cosine, 6))
+    with pytest.raises(ValueError, match="rate_at"):
+        ds.darknet_rate(cosine, 6)

@@ -29,6 +29,9 @@ from turboyolo.formats.darknet_cfg import parse_cfg
 from turboyolo.formats.darknet_weights import read_weights
 from turboyolo.train.optim import lr_at
 
+# the test of `make test` that covers the promise of a `full` one here (tests/conftest.py: the tiers)
+ONE_SCENE = "tests/train/test_darknet_command.py::test_command_matches_darknet[dog0_256]"
+
 ONE_ITERATION = 1e-3  # of each tensor's largest update
 TEN_ITERATIONS = 1e-2
 FIGURES = 2e-5  # Darknet prints %f; float32 sums in another order move the 6th decimal by up to 9e-6
@@ -94,6 +97,7 @@ def test_one_iteration_matches_darknet(tiny_weights, reference):
 
 
 @pytest.mark.slow
+@pytest.mark.full(covered_by=ONE_SCENE)  # 1 and 10 iterations, through the command
 def test_ten_iterations_match_darknet(ten_iterations, reference, tiny_weights):
     """Momentum, decay and the rate's step at iteration 6 over 10 updates; the figures of every iteration."""
     printout, updates = reference
@@ -115,6 +119,7 @@ def test_the_comparison_sees_each_difference(tiny_weights, reference, option):
 
 @pytest.mark.slow
 @pytest.mark.darknet
+@pytest.mark.full(covered_by=ONE_SCENE)  # the binary's 1 and 10 iterations
 @pytest.mark.skipif(shutil.which("darknet") is None, reason="darknet binary not installed")
 def test_live_darknet(tmp_path, tiny_weights, reference, ten_iterations):
     """Rerun the installed darknet: it reproduces the fixture, and turboyolo's weights agree with its

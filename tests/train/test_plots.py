@@ -30,6 +30,22 @@ def test_labels_plot(tmp_path):
         assert image.format == "JPEG" and image.width > 800
 
 
+def test_labels_plot_histograms_a_bounded_sample_and_counts_every_box(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    monkeypatch.setattr(plots, "PLOT_BOXES", 50)
+    drawn, bars = [], []
+    hist2d, bar = Axes.hist2d, Axes.bar
+    monkeypatch.setattr(Axes, "hist2d", lambda ax, x, y, **k: drawn.append(len(x)) or hist2d(ax, x, y, **k))
+    monkeypatch.setattr(Axes, "bar", lambda ax, x, h, **k: bars.append(list(h)) or bar(ax, x, h, **k))
+    labels = [np.array([[i % 2, 0.5, 0.5, 0.1, 0.1]] * 3) for i in range(40)]  # 120 boxes: 60 per class
+    plots.plot_labels(labels, NAMES, tmp_path / "labels.jpg")
+    assert drawn == [50, 50] and bars == [[60, 60]]
+    drawn.clear()
+    plots.plot_labels(GT, NAMES, tmp_path / "small.jpg")
+    assert drawn == [3, 3]
+
+
 def test_train_batch_draws_the_targets_on_the_images(tmp_path):
     images = torch.zeros((2, 3, 64, 64), dtype=torch.uint8)
     # image 1: a dog box centred, half the side (pixels 16..48)

@@ -16,6 +16,9 @@ from turboyolo.train.config import TrainConfig
 from turboyolo.train.fit import fit
 from turboyolo.train.logger import read_results
 
+# the test of `make test` that covers the promise of a `full` one here (tests/conftest.py: the tiers)
+SIGKILL_FORK = "tests/train/test_train.py::test_sigkill_during_checkpoint_write_resumes_from_previous[fork]"
+
 
 def _config(cfg: Path, data: Path, project: Path, **changes) -> TrainConfig:
     values = dict(
@@ -69,6 +72,8 @@ def _train_state(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
+@pytest.mark.full(covered_by="tests/faults/test_training_faults.py::"
+                  "test_ctrl_c_mid_epoch_saves_the_exact_position_and_resume_continues_it")
 def test_resume_mid_epoch_is_exact(tmp_path):
     # 8 images, mini-batch 2, 2 subdivisions: 4 mini-batches and 2 iterations per epoch; stopping after
     # iteration 3 leaves the run in the middle of epoch 1. Augmentation on, one persistent worker.
@@ -90,8 +95,9 @@ def test_resume_mid_epoch_is_exact(tmp_path):
     assert torch.load(resumed / "weights" / "last.pt", weights_only=True)["iteration"] == 5
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("writer", ["fork", "thread"])
+@pytest.mark.slow  # make test: the fork writer here, the thread writer in test_training_faults.py's Ctrl-C
+@pytest.mark.parametrize("writer", ["fork",
+                                    pytest.param("thread", marks=pytest.mark.full(covered_by=SIGKILL_FORK))])
 def test_sigkill_during_checkpoint_write_resumes_from_previous(tmp_path, writer):
     data = make_dataset(tmp_path / "data", 4, 2)
     cfg = micro_cfg(tmp_path / "micro.cfg", batch=2, learning_rate=0.01, max_batches=6)

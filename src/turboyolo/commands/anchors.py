@@ -1,6 +1,7 @@
 """``turboyolo anchors --data X``: fit anchors to a data set's boxes; compare them with the current ones.
 
-The options are the fields of :class:`turboyolo.train.anchors.AnchorsArgs`; the job is
+With ``--cfg``, the fitted anchors are compared with that cfg's (and ``-o`` rewrites it with them). The
+options are the fields of :class:`turboyolo.train.anchors.AnchorsArgs`; the job is
 :func:`turboyolo.train.anchors.run_anchors`.
 """
 
@@ -8,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.options import add_flags, read_flags
+from turboyolo.options import add_flags, add_input_flags, read_flags
 from turboyolo.train.anchors import GROUPS, AnchorsRequest, run_anchors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="a .data, data.yaml or image folder")
-    parser.add_argument("-m", "--cfg", "--model", dest="cfg",
-                        help="compare with (and with -o, rewrite) this cfg's anchors")
+    add_input_flags(parser, "data", "cfg", required=("data",))
     add_flags(parser, GROUPS)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from turboyolo.data.trees import build_trees
 from turboyolo.formats.yamlfile import read_yaml
 from turboyolo.infer.detect import DetectOutputArgs, DetectRequest, run_detect
 from turboyolo.infer.predict import PredictArgs
+from turboyolo.options import add_flags, option, project_option, read_flags
 from turboyolo.rundir import next_run_dir
 from turboyolo.train.config import TrainConfig, read_config
 from turboyolo.train.fit import fit
@@ -31,13 +33,22 @@ from turboyolo.train.testing import TestArgs, TestRequest, run_test
 DARKNET_PHOTOS = Path("/usr/share/darknet/data")
 
 
+@dataclass
+class DemoArgs:
+    """How much of the demo runs, and where it writes."""
+
+    iterations: int | None = option(None, "stop the fine-tune after this many iterations of 8 images "
+                                    "(default: the recipe's 50 epochs = 250)", type=int)
+    seed: int = option(0, "random seed of the fine-tune", type=int)
+    skip_train: bool = option(False, "only the pretrained detection part", action="store_true")
+    project: str = project_option("runs/demo")
+
+
+GROUPS = {"demo": DemoArgs}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="stop the fine-tune after this many iterations of 8 images (default: the "
-                        "recipe's 50 epochs = 250)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of the fine-tune")
-    parser.add_argument("--skip-train", action="store_true", help="only the pretrained detection part")
-    parser.add_argument("--project", default="runs/demo", help="parent folder of the demo's run directories")
+    add_flags(parser, GROUPS)
 
 
 def _photos(trees_dir: Path) -> list[str]:
@@ -48,6 +59,11 @@ def _photos(trees_dir: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_demo(read_flags(args, GROUPS)["demo"])
+
+
+def run_demo(args: DemoArgs) -> int:
+    """The demo's three steps (the module's docstring), each command line printed."""
     started = time.time()
     project = Path(args.project)
     weights = assets.fetch("yolov3-tiny")

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from turboyolo.cli import add_model_flags
 from turboyolo.errors import printable
 from turboyolo.infer.detect import GROUPS, DetectRequest, run_detect
 from turboyolo.infer.video import is_stream, is_video_file
-from turboyolo.options import add_flags, read_flags, refuse_flag
+from turboyolo.options import add_flags, add_input_flags, read_flags, refuse_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-i", "--images", "--source", dest="images", action="append", default=[],
                         help="same as the positional SOURCE (PyTorch-YOLOv3's -i/--images)")
-    add_model_flags(parser)
+    add_input_flags(parser, "cfg", "weights")
     parser.add_argument("-c", "--classes", "--names", dest="names",
                         help="class names file (.names / .txt); default: COCO's 80 for 80-class models")
     add_flags(parser, GROUPS)

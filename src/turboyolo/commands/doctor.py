@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags
 from turboyolo.doctor.job import GROUPS, DoctorRequest, run_doctor
-from turboyolo.options import add_flags, read_flags
+from turboyolo.options import add_flags, add_input_flags, read_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser)
-    parser.add_argument("-d", "--data", required=True, help=".data file, data.yaml or image folder")
+    add_input_flags(parser, "cfg", "data", required=("data",))
     add_flags(parser, GROUPS)
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags
 from turboyolo.infer.export import GROUPS, ExportRequest, run_export
-from turboyolo.options import add_flags, read_flags, refuse_flag
+from turboyolo.options import add_flags, add_input_flags, read_flags, refuse_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser)
+    add_input_flags(parser, "cfg", "weights")
     add_flags(parser, GROUPS)
     refuse_flag(parser, "--iou-thres")
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags
 from turboyolo.infer.labeling import GROUPS, LabelRequest, run_label
-from turboyolo.options import add_flags, read_flags, refuse_flag
+from turboyolo.options import add_flags, add_input_flags, read_flags, refuse_flag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser, weights_required=True)
-    parser.add_argument("--data", required=True, help="a .data, data.yaml or image folder")
+    add_input_flags(parser, "cfg", "weights", "data", required=("weights", "data"))
     add_flags(parser, GROUPS)
     refuse_flag(parser, "--iou-thres")
 

@@ -1,25 +1,38 @@
 """``turboyolo prepare``: decode every image once into the prepared cache (pre-resized uint8).
 
-The job is :func:`turboyolo.data.cache.run_prepare`.
+``--img-size`` is the largest training size: each image is stored with its longer side at it. The job is
+:func:`turboyolo.data.cache.run_prepare`.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from turboyolo.data.cache import run_prepare
+from turboyolo.options import add_flags, add_input_flags, img_size_option, option, read_flags
+
+
+@dataclass
+class PrepareArgs:
+    """What is prepared, where."""
+
+    img_size: int = img_size_option(default=416)
+    split: str = option("all", "which split(s)", choices=("train", "val", "all"))
+    out: str | None = option(None, "cache folder (default: $TURBOYOLO_CACHE/prepared/...)")
+    workers: int | None = option(None, "decode processes (default: all CPUs)", type=int)
+
+
+GROUPS = {"prepare": PrepareArgs}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help=".data, data.yaml or image folder")
-    parser.add_argument("--img-size", type=int, default=416,
-                        help="largest training size (longer side stored)")
-    parser.add_argument("--split", choices=("train", "val", "all"), default="all", help="which split(s)")
-    parser.add_argument("--out", help="cache folder (default: $TURBOYOLO_CACHE/prepared/...)")
-    parser.add_argument("--workers", type=int, help="decode processes (default: all CPUs)")
+    add_input_flags(parser, "data", required=("data",))
+    add_flags(parser, GROUPS)
 
 
 def run(args: argparse.Namespace) -> int:
-    splits = ("train", "val") if args.split == "all" else (args.split,)
-    run_prepare(args.data, args.img_size, splits, out=args.out, workers=args.workers, log=print)
+    prepare = read_flags(args, GROUPS)["prepare"]
+    splits = ("train", "val") if prepare.split == "all" else (prepare.split,)
+    run_prepare(args.data, prepare.img_size, splits, out=prepare.out, workers=prepare.workers, log=print)
     return 0

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags
-from turboyolo.options import add_flags, read_flags
+from turboyolo.options import add_flags, add_input_flags, read_flags
 from turboyolo.train.testing import GROUPS, TestRequest, run_test
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser, weights_required=True)
-    parser.add_argument("-d", "--data", required=True, help=".data file or data.yaml")
+    add_input_flags(parser, "cfg", "weights", "data", required=("weights", "data"))
     add_flags(parser, GROUPS)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="PyTorch-YOLOv3's flag, accepted: the per-class table is always printed")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from turboyolo.cli import add_model_flags
+from turboyolo.options import add_input_flags
 from turboyolo.train.config import RECIPES, TrainConfig, add_flags
 from turboyolo.train.fit import fit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser)
-    parser.add_argument("-d", "--data", help=".data file or data.yaml of the data set")
+    add_input_flags(parser, "cfg", "weights", "data")
     parser.add_argument("--resume", help="checkpoint (weights/last.pt) to continue exactly where it stopped")
     parser.add_argument("--config", help="a run's config.yaml, a recipe file or a packaged recipe "
                         f"({', '.join(RECIPES)}; darknet: Darknet-exact training): every option it holds "

@@ -10,18 +10,30 @@ Two figures describe a set of anchors:
   (0.5 by default). YOLOv3 trains each box on its best anchor, and an anchor far from the box's shape
   must be stretched by ``exp(tw)`` a long way, which is what makes a poorly fitting anchor set miss;
 - **used**: how many anchors are the best anchor of some box (an unused anchor's outputs never learn).
+
+A fit sees at most :data:`FIT_BOXES` boxes, a seeded random sample of them (:func:`sample_boxes`): a few
+ten thousand boxes give the anchors of the whole set (docs/PERFORMANCE.md, "Start-up at scale"), and the
+fit's cost stays bounded at any data-set size. :func:`cached_kmeans_anchors` keeps each fit in
+``$TURBOYOLO_CACHE/anchors``, keyed by the exact boxes it saw and its parameters, so a second start
+with the same boxes and the same network size does not fit again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from turboyolo.boxes import wh_iou
+from turboyolo.assets import cache_dir
 
 MIN_FIT_SIZE = 2.0  # boxes narrower or shorter than this (letterbox px) are left out of the fit
+FIT_BOXES = 50_000  # a fit (and the start's coverage check) sees at most this many boxes, sampled
+FIT_CACHE_VERSION = 1
 
 
 def letterbox_box_sizes(
@@ -37,14 +49,23 @@ def letterbox_box_sizes(
         float64 ``[M, 2]`` (w, h) of every box.
     """
     net_w, net_h = img_size
-    sizes = []
-    for rows, (height, width) in zip(labels, image_hw):
-        if len(rows) == 0:
-            continue
-        ratio = min(net_w / width, net_h / height)
-        rows = np.asarray(rows, np.float64)
-        sizes.append(np.stack([rows[:, 3] * width * ratio, rows[:, 4] * height * ratio], 1))
-    return np.concatenate(sizes) if sizes else np.zeros((0, 2))
+    counts = np.fromiter((len(rows) for rows in labels), np.int64, count=len(labels))
+    if not counts.sum():
+        return np.zeros((0, 2))
+    rows = np.concatenate([np.asarray(r, np.float64).reshape(-1, 5) for r in labels if len(r)])
+    hw = np.repeat(np.asarray([image_hw[i] for i in np.flatnonzero(counts)], np.float64).reshape(-1, 2),
+                   counts[counts > 0], axis=0)
+    ratio = np.minimum(net_w / hw[:, 1], net_h / hw[:, 0])
+    return np.stack([rows[:, 3] * hw[:, 1] * ratio, rows[:, 4] * hw[:, 0] * ratio], 1)
+
+
+def sample_boxes(boxes_wh: np.ndarray, limit: int | None = FIT_BOXES, seed: int = 0) -> np.ndarray:
+    """At most ``limit`` rows of ``boxes_wh``: a seeded random sample (in their order), or all of them
+    when there are no more (or ``limit`` is None)."""
+    if limit is None or len(boxes_wh) <= limit:
+        return boxes_wh
+    pick = np.sort(np.random.default_rng(seed).choice(len(boxes_wh), limit, replace=False))
+    return boxes_wh[pick]
 
 
 @dataclass(frozen=True)
@@ -72,17 +93,33 @@ def anchor_fit(boxes_wh: np.ndarray, anchors_wh, thresh: float = 0.5) -> AnchorF
     anchors = anchors[np.argsort(anchors.prod(1), kind="stable")]
     if len(boxes_wh) == 0:
         return AnchorFit(anchors, 0.0, 0.0, thresh)
-    iou = wh_iou(np.asarray(boxes_wh, np.float64), np.asarray(anchors, np.float64))
-    best = iou.max(1)
-    used = len(np.unique(iou.argmax(1)))
+    boxes_wh = np.asarray(boxes_wh, np.float64)
+    index, best = _best_centres((boxes_wh[:, 0], boxes_wh[:, 1], boxes_wh[:, 0] * boxes_wh[:, 1]), anchors)
+    used = len(np.unique(index))
     return AnchorFit(anchors, float(best.mean()), float((best >= thresh).mean()), thresh, used)
+
+
+def _best_centres(boxes: tuple[np.ndarray, np.ndarray, np.ndarray], centres) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each box's best centre, that IoU): ``wh_iou(boxes, centres)``'s ``argmax(1)`` and
+    ``max(1)``, the same numbers, one centre at a time over all boxes (fast for a handful of centres).
+    ``boxes``: (w, h, w * h) of every box."""
+    w, h, area = boxes
+    best, index = np.full(len(w), -np.inf), np.zeros(len(w), np.int64)
+    for k, (cw, ch) in enumerate(np.asarray(centres, np.float64)):
+        inter = np.minimum(w, cw) * np.minimum(h, ch)
+        iou = inter / np.clip(area + cw * ch - inter, 1e-12, None)
+        better = iou > best  # strictly: the first of equal centres wins, as argmax
+        index[better] = k
+        np.maximum(best, iou, out=best)
+    return index, best
 
 
 def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, iterations: int) -> np.ndarray:
     # k-means++ seeding with 1 - IoU as the distance, then Lloyd steps (mean of each cluster).
+    boxes = (boxes_wh[:, 0].copy(), boxes_wh[:, 1].copy(), boxes_wh[:, 0] * boxes_wh[:, 1])
     centres = [boxes_wh[rng.integers(len(boxes_wh))]]
     for _ in range(1, num):
-        distance = 1 - wh_iou(boxes_wh, np.array(centres, np.float64)).max(1)
+        distance = 1 - _best_centres(boxes, centres)[1]
         weights = distance**2
         total = weights.sum()
         pick = rng.choice(len(boxes_wh), p=weights / total) if total > 0 else rng.integers(len(boxes_wh))
@@ -90,8 +127,7 @@ def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, itera
     centres = np.array(centres, np.float64)
     assignment = None
     for _ in range(iterations):
-        iou = wh_iou(boxes_wh, centres)
-        new_assignment = iou.argmax(1)
+        new_assignment, best = _best_centres(boxes, centres)
         if assignment is not None and np.array_equal(new_assignment, assignment):
             break
         assignment = new_assignment
@@ -100,7 +136,7 @@ def _kmeans_once(boxes_wh: np.ndarray, num: int, rng: np.random.Generator, itera
             if len(members):
                 centres[k] = members.mean(0)
             else:  # an empty cluster takes the box its anchor covers worst
-                centres[k] = boxes_wh[iou.max(1).argmin()]
+                centres[k] = boxes_wh[best.argmin()]
     return centres
 
 
@@ -113,6 +149,7 @@ def kmeans_anchors(
     seed: int = 0,
     round_to_int: bool = True,
     thresh: float = 0.5,
+    sample: int | None = FIT_BOXES,
 ) -> AnchorFit:
     """Fit ``num`` anchors to box sizes by k-means with the distance 1 - IoU.
 
@@ -121,13 +158,16 @@ def kmeans_anchors(
         num: anchors to fit (9 for yolov3, 6 for yolov3-tiny).
         restarts: independent k-means++ starts; the one with the highest mean IoU wins.
         round_to_int: round to whole pixels (as Darknet cfgs write them) before scoring.
+        sample: fit on at most this many of the boxes (:func:`sample_boxes`; None: all of them).
     Returns:
-        The :class:`AnchorFit` of the best start (anchors sorted by area; deterministic for a seed).
+        The :class:`AnchorFit` of the best start on all ``boxes_wh`` (anchors sorted by area;
+        deterministic for a seed).
     Raises:
         ValueError: fewer usable boxes than ``num``.
     """
     boxes_wh = np.asarray(boxes_wh, np.float64)
-    usable = boxes_wh[(boxes_wh >= MIN_FIT_SIZE).all(1)]
+    scored = sample_boxes(boxes_wh, sample, seed)
+    usable = scored[(scored >= MIN_FIT_SIZE).all(1)]
     if len(np.unique(usable, axis=0)) < num:
         raise ValueError(f"{len(usable)} boxes of at least {MIN_FIT_SIZE} px; need {num} distinct sizes")
     rng = np.random.default_rng(seed)
@@ -136,8 +176,58 @@ def kmeans_anchors(
         centres = _kmeans_once(usable, num, rng, iterations)
         if round_to_int:
             centres = np.maximum(np.round(centres), 1.0)
-        fit = anchor_fit(boxes_wh, centres, thresh)
+        fit = anchor_fit(scored, centres, thresh)
         if best is None or fit.mean_iou > best.mean_iou:
             best = fit
     assert best is not None
-    return best
+    return best if scored is boxes_wh else anchor_fit(boxes_wh, best.anchors, thresh)
+
+
+def cached_kmeans_anchors(boxes_wh: np.ndarray, num: int = 9, **fit) -> tuple[AnchorFit, bool]:
+    """:func:`kmeans_anchors` kept in ``$TURBOYOLO_CACHE/anchors``: (the fit, whether it came from there).
+
+    The key is the exact boxes (their bytes) and every parameter of the fit, so other boxes, another
+    network size (other letterbox sizes) or another anchor count fit again. A cache file that does not
+    read as a fit of ``num`` anchors is ignored (JSON only: reading it runs no code); a read-only cache
+    folder only means fitting every time. ``fit``: the keyword arguments of :func:`kmeans_anchors`.
+    """
+    boxes_wh = np.ascontiguousarray(boxes_wh, np.float64)
+    params = {"num": num, "restarts": 10, "iterations": 300, "seed": 0, "round_to_int": True,
+              "thresh": 0.5, "sample": FIT_BOXES, **fit, "min_size": MIN_FIT_SIZE,
+              "version": FIT_CACHE_VERSION}
+    digest = hashlib.sha1(boxes_wh.tobytes())
+    digest.update(json.dumps(params, sort_keys=True).encode())
+    path = cache_dir() / "anchors" / f"{digest.hexdigest()[:24]}.json"
+    stored = _read_fit(path, num)
+    if stored is not None:
+        return stored, True
+    fitted = kmeans_anchors(boxes_wh, num, **fit)
+    _write_fit(path, fitted)
+    return fitted, False
+
+
+def _read_fit(path, num: int) -> AnchorFit | None:
+    try:
+        item = json.loads(path.read_text(encoding="utf-8"))
+        anchors = np.array(item["anchors"], np.float64)
+        figures = [float(item[k]) for k in ("mean_iou", "recall", "thresh")]
+        used = item["used"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if (anchors.shape != (num, 2) or not np.isfinite(anchors).all() or (anchors <= 0).any()
+            or not all(math.isfinite(f) and 0 <= f <= 1 for f in figures)
+            or not isinstance(used, int) or not 0 <= used <= num):
+        return None
+    return AnchorFit(anchors, *figures, used)
+
+
+def _write_fit(path, fit: AnchorFit) -> None:
+    item = {"anchors": fit.anchors.tolist(), "mean_iou": fit.mean_iou, "recall": fit.recall,
+            "thresh": fit.thresh, "used": fit.used}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(item), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # not kept: the next start fits again

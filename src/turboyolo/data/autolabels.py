@@ -9,6 +9,11 @@ themselves stay plain YOLO text, readable by every tool.
 A label file's :func:`label_status`: ``model`` (written by a model, neither edited nor reviewed since),
 ``reviewed`` (saved in ``turboyolo review``, unchanged since), ``human`` (any other existing file) or
 ``none`` (no file). For the data scan: :func:`count_statuses` counts them over a split's label files.
+
+Every change of a manifest (read, change, rename) happens under :func:`labels_lock`, a lock file beside it
+(``.turboyolo-autolabels.lock``) held with ``flock``: two processes (two ``turboyolo review`` servers, a
+review and a ``turboyolo label`` run) never lose each other's records. The review holds the same lock
+while it checks and writes a label file, so one save of one file happens at a time across processes.
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from turboyolo.errors import OutputError, printable
+
 MANIFEST_NAME = ".turboyolo-autolabels.json"
+LOCK_NAME = ".turboyolo-autolabels.lock"
 STATUSES = ("model", "reviewed", "human", "none")
 
 
@@ -49,21 +58,99 @@ def record_model_labels(label_paths: Iterable[Path], **info) -> None:
         by_folder.setdefault(Path(path).parent, []).append(Path(path))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     for folder, paths in by_folder.items():
-        files = read_manifest(folder)
-        for path in paths:
-            files[path.name] = {"sha1": _sha1(path), "created": stamp, **info}
-        _write_manifest(folder, files)
+        with labels_lock(folder):
+            files = read_manifest(folder)
+            for path in paths:
+                files[path.name] = {"sha1": _sha1(path), "created": stamp, **info}
+            _write_manifest(folder, files)
 
 
 def record_reviewed(label_path: str | Path, sha1: str | None = None) -> None:
     """Mark ``label_path`` reviewed by a person (its content's SHA-1, or ``sha1``): its status is
     ``reviewed`` until the file changes again. The model's record, if any, is kept beside it."""
     label_path = Path(label_path)
-    files = read_manifest(label_path.parent)
-    entry = dict(files.get(label_path.name, {}))
-    entry.update(reviewed_sha1=sha1 or _sha1(label_path), reviewed=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    files[label_path.name] = entry
-    _write_manifest(label_path.parent, files)
+    with labels_lock(label_path.parent):
+        files = read_manifest(label_path.parent)
+        entry = dict(files.get(label_path.name, {}))
+        entry.update(reviewed_sha1=sha1 or _sha1(label_path), reviewed=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        files[label_path.name] = entry
+        _write_manifest(label_path.parent, files)
+
+
+_held = threading.local()  # the folders whose lock this thread holds: {real path: depth}
+
+
+@contextmanager
+def labels_lock(folder: str | Path) -> Iterator[None]:
+    """Held while a labels folder's files or manifest change: an exclusive ``flock`` on its
+    :data:`LOCK_NAME` (made when missing, with the folder), so other threads and processes wait for it.
+    Re-entrant in one thread (a save holds it while :func:`record_reviewed` takes it again).
+
+    Raises:
+        OutputError: the folder cannot take the lock file (read-only, no permission): nothing there can
+            be written anyway, so nothing is.
+    """
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    depth = getattr(_held, "folders", {})
+    _held.folders = depth
+    if depth.get(key):
+        depth[key] += 1
+        try:
+            yield
+        finally:
+            depth[key] -= 1
+        return
+    handle = _open_lock(folder)
+    try:
+        _lock_file(handle, folder)
+        depth[key] = 1
+        try:
+            yield
+        finally:
+            depth.pop(key, None)
+            _unlock_file(handle)
+    finally:
+        os.close(handle)
+
+
+_PROCESS_LOCK = threading.Lock()  # where there is no flock (not POSIX): this process's threads only
+
+
+def _lock_file(handle: int, folder: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        _PROCESS_LOCK.acquire()
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    except OSError as err:  # a file system without locks
+        raise OutputError(f"{printable(folder)}: cannot lock {LOCK_NAME} there ({err.strerror or err}): "
+                          "label files and their review records are not saved without it") from None
+
+
+def _unlock_file(handle: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        _PROCESS_LOCK.release()
+        return
+    fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_lock(folder: Path) -> int:
+    """The lock file's descriptor (never through a link: ``O_NOFOLLOW``)."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | nofollow, 0o666)
+        except PermissionError:  # another user's lock file in a shared folder: a lock needs no write
+            return os.open(folder / LOCK_NAME, os.O_RDONLY | nofollow)
+    except OSError as err:
+        raise OutputError(f"{printable(folder)}: cannot write there ({err.strerror or err}): label files and "
+                          "their review records cannot be saved; make the folder writable") from None
 
 
 def _write_manifest(folder: Path, files: dict[str, dict]) -> None:

@@ -14,6 +14,7 @@ same cache at once end with one valid cache that both use (the second waits, the
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -33,7 +34,7 @@ import numpy as np
 
 from turboyolo.assets import cache_dir
 from turboyolo.data.decode import decode_image, probe_image, target_size
-from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset
+from turboyolo.data.scan import REPORT_NAME, Sample, scan_dataset, write_scan_report
 from turboyolo.errors import DataError, OutputError, printable, writable_folder
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.rundir import same_file
@@ -68,11 +69,17 @@ def _planned_hw(sample: Sample, size: int) -> tuple[int, int]:
 
 
 def estimate_bytes(samples: Sequence[Sample], size: int) -> int:
-    """Bytes the cache of ``samples`` at ``size`` will take (exact when the samples carry ``hw``)."""
-    total = 0
+    """Bytes the cache of ``samples`` at ``size`` will take (exact when the samples carry ``hw``: then
+    computed for all of them at once, :func:`~turboyolo.data.decode.target_size`'s arithmetic)."""
+    known = np.array([s.hw for s in samples if s.hw is not None], np.float64).reshape(-1, 2)
+    scale = size / known.max(1) if len(known) else known[:, 0]
+    width = np.maximum(1, np.round(known[:, 1] * scale))  # round half to even, as Python's round()
+    height = np.maximum(1, np.round(known[:, 0] * scale))
+    total = int((width * height).sum()) * 3
     for sample in samples:
-        h, w = _planned_hw(sample, size)
-        total += h * w * 3
+        if sample.hw is None:
+            h, w = _planned_hw(sample, size)
+            total += h * w * 3
     return total
 
 
@@ -415,6 +422,12 @@ def run_prepare(data: str | Path, img_size: int, splits: Sequence[str] = ("train
         log(result.console_text())
         result.require_samples()
         cache = prepare_cache(result.samples, img_size, root, memory="disk", workers=workers, log=log)
-        log(f"{split}: {len(cache)} images -> {cache.root}")
+        failed = cache.failed  # what only the build's strict decode found: named in the report too
+        if failed:
+            with contextlib.suppress(OSError):
+                write_scan_report(root, [result], load_failures=failed)
+        left_out = (f" ({len(failed)} failed to decode and are left out; see {printable(root / REPORT_NAME)})"
+                    if failed else "")
+        log(f"{split}: {len(cache) - len(failed)} images -> {cache.root}{left_out}")
         caches[split] = cache
     return caches

@@ -4,32 +4,42 @@ The expensive part of a large JPEG is its full-resolution decode. libjpeg can de
 1/4 or 1/8 scale (PIL ``draft``), skipping most of the IDCT, upsampling and colour work; what stays is
 the entropy (Huffman) decode, which is the floor. We ask for the smallest such scale whose longer
 side is still >= the target, then resize to exactly the target with an area filter (linear when
-enlarging). Everything after this works on target-sized images. At 1/8 scale a progressive JPEG's
-full-resolution AC scans (most of its bytes) are not even entropy-decoded: that scale never reads them
-(:func:`turboyolo.formats.images.eighth_scale_jpeg`, the same pixels bit for bit).
+enlarging). Everything after this works on target-sized images.
 
-Every image read in the package goes through here, with one set of checks (:func:`probe_image` for
-the scan, :func:`decode_image` for the loader, the prepared cache, detect, label and the API): the file
-is read once; JPEG and PNG files must pass the structure checks of :mod:`turboyolo.formats.images`
-(a PNG with a bad CRC, a JPEG with garbage in its image data, a truncated file); a JPEG's image data
-is decoded by libjpeg-turbo with its warnings as errors (simplejpeg; Pillow's decoder, the same library,
-silences them), so damaged entropy-coded data is refused (the scan decodes it at 1/8 scale, the entropy
-decode being most of the cost), with the pixels Pillow would give; the scan decodes the other
-formats whole (a truncated BMP or TIFF, a PNG whose compressed data is damaged under valid CRCs); an
-image that declares more pixels than :func:`pixel_limit` is refused before anything is allocated (a
-decompression bomb: a small PNG that declares 30000 x 30000). Each failure is a :class:`DataError`
-naming the file, the reason and the fix.
+Every image read in the package goes through here, with one set of checks, in two stages:
+
+- :func:`probe_image`, the scan's check, reads headers and structure only, no pixel: the file is read
+  once; a JPEG's every marker segment is checked as libjpeg checks it (:mod:`turboyolo.formats.jpeg`:
+  tables, frame, scan and progression parameters, stray markers in the image data, the end marker),
+  a PNG's chunks and their CRCs; the size a header declares is held to :func:`pixel_limit` (a
+  decompression bomb: a small PNG that declares 30000 x 30000); BMP and TIFF image data must lie within
+  the file; EXIF orientation is applied to the size.
+- :func:`decode_image` (the loaders, the prepared cache, detect, label, review and the API) runs the same
+  checks and decodes all of the image data strictly: a JPEG's by libjpeg-turbo with its warnings as
+  errors (simplejpeg; Pillow's decoder, the same library, silences them and decodes damaged data to
+  smeared blocks), so a damaged or unreadable file is refused whatever libjpeg says of it, with the
+  pixels Pillow would give otherwise; the other formats' by Pillow (a truncated file, a PNG whose
+  compressed data is damaged under valid CRCs).
+
+So the full check of a file happens in the first decode a run makes of it anyway (building the prepared
+cache, or the first epoch), never as a pass of its own. Only after that may a decode at 1/8 scale leave
+out a progressive JPEG's AC scans that this scale never reads (``verified``;
+:func:`turboyolo.formats.images.eighth_scale_jpeg`, the same pixels bit for bit): a file not yet decoded
+whole is decoded whole, so the shortcut never returns pixels for a file the whole decode refuses. Each
+failure is a :class:`DataError` naming the file, the reason and the fix.
 """
 
 from __future__ import annotations
 
 import errno
 import io
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import cv2
 import numpy as np
@@ -38,7 +48,18 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 
 from turboyolo.errors import DataError
 from turboyolo.formats.datasets import link_problem
-from turboyolo.formats.images import declared_size, eighth_scale_jpeg, jpeg_problem, png_problem, sniff
+from turboyolo.formats.images import (
+    JpegHeader,
+    JpegProblem,
+    declared_size,
+    eighth_scale_jpeg,
+    harmless_fixed,
+    jpeg_header,
+    png_exif,
+    png_problem,
+    sniff,
+)
+from turboyolo.formats.jpeg import NeedsMore, exif_orientation
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not return grey rows
 _PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, RuntimeError,
@@ -47,12 +68,14 @@ _PIL_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFErro
 EXIF_ORIENTATION = 0x0112
 _JPEG_FORMATS = ("JPEG", "MPO")
 # libjpeg's warnings about a JPEG's image data: each means that part of the picture decodes as garbage
-# (the decoder lost its place in the entropy-coded data, or the data ends early).
+# (the decoder lost its place in the entropy-coded data, or the data ends early). Its other errors and
+# warnings refuse the file too (the strict decode), named as libjpeg names them.
 _DAMAGE = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent progression sequence")
-# Harmless ones: a damaged ICC profile (colour metadata, the pixels decode whole), and a stray byte
-# after the last block before the end marker, which some encoders write.
+# A warning after the last scan, about a stray byte before the end marker (some encoders write one): every
+# scan decoded cleanly before it. The harmless ones before the image data: formats.images.harmless_fixed.
+_AT_THE_END = re.compile(r": 1 extraneous bytes before marker 0xd9")
+_PROBE_HEAD, _PROBE_TAIL = 1 << 17, 1 << 14  # what the scan's check reads of a baseline JPEG
 DECODES: Counter[str] = Counter()  # path -> decodes by :func:`decode_image` in this process (tests read it)
-_HARMLESS = re.compile(r"bad ICC marker|: 1 extraneous bytes before marker 0xd9")
 
 
 def _orientation(img: Image.Image) -> int:
@@ -140,14 +163,12 @@ def _pixels(count: int) -> str:
     return f"{count / 1e6:.0f} megapixels" if count >= 10**6 else f"{count} pixels"
 
 
-def _read(path: Path) -> tuple[bytes | None, str | None]:
-    """(whole file, ``"JPEG"``/``"PNG"``) for the formats checked here; (None, None) for the others,
-    which Pillow reads from the path. Raises DataError for a missing, unreadable or empty file."""
+@contextmanager
+def _file(path: Path) -> Iterator[BinaryIO]:
+    """The image file open for reading; a missing, unreadable or looping path is a DataError."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(8)
-            kind = sniff(head)
-            data = head + handle.read() if kind else None
+            yield handle
     except FileNotFoundError:
         raise DataError(f"{path}: image not found; fix the list file or restore the image") from None
     except IsADirectoryError:
@@ -156,23 +177,53 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
         if err.errno == errno.ELOOP:
             raise DataError(f"{path}: {link_problem(path)}; fix or remove the link") from None
         raise DataError(f"{path}: image unreadable ({err.strerror or err}); check its permissions") from None
+
+
+def _read(path: Path) -> tuple[bytes | None, str | None]:
+    """(whole file, ``"JPEG"``/``"PNG"``) for the formats checked here; (None, None) for the others,
+    which Pillow reads from the path. Raises DataError for a missing, unreadable or empty file."""
+    with _file(path) as handle:
+        head = handle.read(8)
+        kind = sniff(head)
+        data = head + handle.read() if kind else None
     if not head:
         raise DataError(f"{path}: zero-byte image file; re-export or remove it")
     return data, kind
 
 
-def _check(path: Path, data: bytes | None, kind: str | None) -> bool:
-    """The structure checks of JPEG and PNG files; returns whether a PNG has an eXIf chunk after its
-    image data (its orientation is then only known after a full decode)."""
-    if kind == "JPEG":
-        problem, late_exif = jpeg_problem(data), False
-    elif kind == "PNG":
-        problem, late_exif = png_problem(data)
-    else:
-        return False
+def _jpeg(path: Path, data: bytes, **part) -> JpegHeader:
+    """A JPEG's checked headers (:func:`turboyolo.formats.jpeg.jpeg_header`; ``part``: its ``size`` and
+    ``tail`` when ``data`` is the scan's part of the file) within :func:`pixel_limit`."""
+    try:
+        header = jpeg_header(data, **part)
+    except JpegProblem as problem:
+        raise DataError(f"{path}: {problem}; re-export or remove it") from None
+    limit = pixel_limit()
+    if limit is not None and header.width * header.height > limit:
+        raise _too_large(path, header.width * header.height, limit, (header.width, header.height))
+    return header
+
+
+def _probe_jpeg(path: Path, handle: BinaryIO, head: bytes) -> JpegHeader:
+    """The scan's check of a JPEG from ``head`` (its first bytes) and its last bytes, or from the whole
+    file where the walk needs it (several scans: a progressive file)."""
+    size = os.fstat(handle.fileno()).st_size
+    tail = None
+    if len(head) < size:
+        handle.seek(max(len(head), size - _PROBE_TAIL))
+        tail = handle.read()
+    try:
+        return _jpeg(path, head, size=size, tail=tail)
+    except NeedsMore:
+        handle.seek(0)  # one read of the whole (joining the head and the rest would copy it again)
+        return _jpeg(path, handle.read())
+
+
+def _png(path: Path, data: bytes) -> None:
+    """A PNG's chunks and their CRCs."""
+    problem, _ = png_problem(data)
     if problem:
         raise DataError(f"{path}: {problem}; re-export or remove it")
-    return late_exif
 
 
 @contextmanager
@@ -213,37 +264,45 @@ def load_image(path: str | Path, target: int | None = None) -> np.ndarray:
     return decode_image(path, target)[0]
 
 
-def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarray, tuple[int, int]]:
+def decode_image(path: str | Path, target: int | None = None, *, verified: bool = False
+                 ) -> tuple[np.ndarray, tuple[int, int]]:
     """Decode an image file to RGB uint8, EXIF orientation applied; also its full-resolution size.
 
     Args:
         path: JPEG, PNG, BMP, TIFF or WebP; grayscale, RGBA, palette, 16-bit and CMYK become RGB.
         target: when given, the longer side of the result equals ``target`` (JPEG decoded at the
             smallest 1/2^k scale still >= target, then area-resized); ``None`` = full resolution.
+        verified: this file's decode already passed in this run (the caller's record), so a decode at
+            1/8 scale may leave out what that scale never reads. False (default): every byte of the
+            image data is decoded and checked.
 
     Returns:
         (uint8 [H, W, 3] RGB C-contiguous, (orig_h, orig_w) of the full-resolution oriented image).
 
     Raises:
         DataError: naming the file, when it is missing, empty, truncated, damaged (the checks of
-            :func:`probe_image`), too large (:func:`pixel_limit`) or not an image.
+            :func:`probe_image`, and image data that does not decode cleanly), too large
+            (:func:`pixel_limit`) or not an image.
     """
     path = Path(path)
     DECODES[str(path)] += 1
     data, kind = _read(path)
-    _check(path, data, kind)
-    with _opened(path, data) as img:
-        # Pillow finds a PNG's eXIf chunk after the pixels only once they are decoded: read it after load().
-        orientation = _orientation(img) if img.format != "PNG" else 1
-        width, height = img.size
-        array = _strict_jpeg(path, data, img, target, whole=False) if img.format in _JPEG_FORMATS else None
-        if array is None:
-            request = _draft_request(img, target)
+    if kind == "JPEG":
+        header = _jpeg(path, data)
+        width, height, orientation = header.width, header.height, header.orientation
+        array = _jpeg_pixels(path, data, header, target, verified)
+    else:
+        if kind == "PNG":
+            _png(path, data)
+        with _opened(path, data) as img:
+            width, height = img.size
+            _within_file(path, img)
+            request = _draft_request(img.format, img.mode, img.size, target)
             if request is not None:
                 img.draft(img.mode, request)
             img.load()
-            if img.format == "PNG":
-                orientation = _orientation(img)
+            # a PNG's eXIf chunk may follow its pixels: read from the bytes, as the scan reads it
+            orientation = _png_orientation(data) if kind == "PNG" else _orientation(img)
             array = _to_rgb_uint8(img)
     if target is not None:
         out_w, out_h = target_size(width, height, target)
@@ -253,30 +312,76 @@ def decode_image(path: str | Path, target: int | None = None) -> tuple[np.ndarra
     return np.ascontiguousarray(array), (orig_h, orig_w)
 
 
-def _draft_request(img: Image.Image, target: int | None) -> tuple[int, int] | None:
+def _png_orientation(data: bytes) -> int:
+    exif = png_exif(data)
+    return (exif_orientation(exif) if exif is not None else None) or 1
+
+
+def _jpeg_pixels(path: Path, data: bytes, header: JpegHeader, target: int | None, verified: bool
+                 ) -> np.ndarray:
+    """A checked JPEG's pixels (before resizing and orientation): libjpeg-turbo's strict decode, or
+    Pillow's where that decode checked the data but cannot give Pillow's pixels (CMYK, odd scales)."""
+    array = _strict_jpeg(path, data, header, target, verified)
+    if array is not None:
+        return array
+    with _opened(path, data) as img:
+        request = _draft_request(img.format, img.mode, img.size, target)
+        if request is not None:
+            img.draft(img.mode, request)
+        img.load()
+        return _to_rgb_uint8(img)
+
+
+def _jpeg_mode(header: JpegHeader) -> str:
+    """The mode Pillow opens this JPEG in."""
+    return {1: "L", 3: "RGB"}.get(header.components, "CMYK")
+
+
+def _draft_request(fmt: str | None, mode: str, size: tuple[int, int], target: int | None
+                   ) -> tuple[int, int] | None:
     """The size to ask Pillow's JPEG ``draft`` for (a reduced decode), or None for a full decode."""
-    if target is None or img.format not in _JPEG_FORMATS or img.mode not in ("RGB", "L", "CMYK"):
+    if target is None or fmt not in _JPEG_FORMATS or mode not in ("RGB", "L", "CMYK"):
         return None
-    width, height = img.size
+    width, height = size
     scale = target / max(width, height)
     if scale >= 1:
         return None
     return max(1, int(np.ceil(width * scale))), max(1, int(np.ceil(height * scale)))
 
 
-def _draft_scale(img: Image.Image, target: int | None) -> int:
+def _draft_scale(mode: str, size: tuple[int, int], target: int | None) -> int:
     """The 1/scale Pillow's ``draft`` picks for :func:`_draft_request` (1, 2, 4 or 8)."""
-    request = _draft_request(img, target)
+    request = _draft_request("JPEG", mode, size, target)
     if request is None:
         return 1
-    ratio = min(img.size[0] // request[0], img.size[1] // request[1])
+    ratio = min(size[0] // request[0], size[1] // request[1])
     return next(scale for scale in (8, 4, 2, 1) if ratio >= scale)
 
 
-def _decode_jpeg(data: bytes, mode: str, out_h: int, out_w: int, eighth: bool) -> np.ndarray:
-    """libjpeg-turbo's decode at the smallest scale >= (out_h, out_w); with ``eighth`` (a 1/8 decode that
-    need not check all image data) from :func:`eighth_scale_jpeg`'s shorter stream where it has one, the
-    same pixels; any warning there is left to the whole file's decode to name.
+def _libjpeg(data: bytes, colorspace: str, out_h: int, out_w: int) -> np.ndarray:
+    """libjpeg-turbo's decode at the smallest scale >= (out_h, out_w), every warning an error except the
+    harmless ones (a stray byte before the end marker; :func:`turboyolo.formats.images.harmless_fixed`).
+
+    Raises:
+        ValueError: libjpeg's message.
+    """
+    for _ in range(4):  # each harmless warning fixed once at most
+        try:
+            return simplejpeg.decode_jpeg(data, colorspace, min_height=out_h, min_width=out_w)
+        except ValueError as err:
+            message = str(err)
+        if _AT_THE_END.search(message):
+            return simplejpeg.decode_jpeg(data, colorspace, min_height=out_h, min_width=out_w, strict=False)
+        data = harmless_fixed(data, message)
+        if data is None:
+            break
+    raise ValueError(message)
+
+
+def _decode_jpeg(data: bytes, colorspace: str, out_h: int, out_w: int, eighth: bool) -> np.ndarray:
+    """:func:`_libjpeg` of the whole file; with ``eighth`` (a 1/8 decode of a file whose whole decode
+    passed before) of :func:`eighth_scale_jpeg`'s shorter stream where it has one, the same pixels (where
+    that stream fails, the whole file decides).
 
     Raises:
         ValueError: libjpeg's error or warning on the whole file.
@@ -287,76 +392,101 @@ def _decode_jpeg(data: bytes, mode: str, out_h: int, out_w: int, eighth: bool) -
         short = None
     if short is not None:
         try:
-            return simplejpeg.decode_jpeg(short, mode, min_height=out_h, min_width=out_w)
+            return _libjpeg(short, colorspace, out_h, out_w)
         except ValueError:
             pass
-    return simplejpeg.decode_jpeg(data, mode, min_height=out_h, min_width=out_w)
+    return _libjpeg(data, colorspace, out_h, out_w)
 
 
-def _strict_jpeg(path: Path, data: bytes, img: Image.Image, target: int | None,
-                 whole: bool = True) -> np.ndarray | None:
-    """A JPEG decoded by libjpeg-turbo that treats a warning about damaged image data as an error.
+def _strict_jpeg(path: Path, data: bytes, header: JpegHeader, target: int | None,
+                 verified: bool = False) -> np.ndarray | None:
+    """A JPEG's image data decoded by libjpeg-turbo that treats a warning as an error.
 
     Pillow's decoder (the same library) silences libjpeg's warnings, so a JPEG whose entropy-coded data
     is damaged decodes to smeared blocks without a word. Here the same pixels come from the same scaled
     decode Pillow would make (1/2, 1/4 or 1/8 for ``target``, default quality settings), or a
-    :class:`DataError` naming the damage. Returns None where Pillow decodes instead (CMYK, tiny images,
-    a harmless warning, a feature the simple API lacks); their image data is still checked, at 1/8.
-    ``whole=False`` (a decode for its pixels, not the scan's check): at 1/8 scale a progressive file's
-    AC scans that cannot change the pixels are not decoded (:func:`eighth_scale_jpeg`).
+    :class:`DataError` naming what libjpeg says: every error and warning refuses the file (damaged
+    data, a missing table, invalid progression, ...). Returns None where Pillow gives the pixels (CMYK,
+    tiny images, a scale the simple API does not pick): the image data was checked here all the same.
+    ``verified``: at 1/8 scale a progressive file's AC scans that cannot change the pixels are not
+    decoded (:func:`eighth_scale_jpeg`).
     """
-    scale = _draft_scale(img, target)
-    width, height = img.size
-    direct = img.mode in ("RGB", "L") and (scale == 1 or min(width, height) >= 16)
+    width, height, mode = header.width, header.height, _jpeg_mode(header)
+    scale = _draft_scale(mode, (width, height), target)
+    direct = mode in ("RGB", "L") and (scale == 1 or min(width, height) >= 16)
     out_w, out_h = (-(-width // scale), -(-height // scale)) if direct else (1, 1)
+    colorspace = "RGB" if direct else ("CMYK" if mode == "CMYK" else "GRAY")
     try:
-        array = _decode_jpeg(data, "RGB" if direct else "GRAY", out_h, out_w, eighth=not whole and scale == 8)
+        array = _decode_jpeg(data, colorspace, out_h, out_w, eighth=verified and direct and scale == 8)
     except ValueError as err:
-        damage = _jpeg_damage(str(err))
-        if damage:
-            raise DataError(f"{path}: corrupt JPEG: the image data does not decode cleanly (libjpeg: "
-                            f"{damage}); part of the picture would be garbage: re-export or remove it"
-                            ) from None
-        return None
+        raise _refused(path, str(err)) from None
     return array if direct and array.shape[:2] == (out_h, out_w) else None
 
 
-def _jpeg_damage(message: str) -> str | None:
-    """libjpeg's message when it reports damaged image data, else None (a harmless warning or an error
-    that is not about damage: the caller lets Pillow decide)."""
-    if message.startswith(_DAMAGE) and not _HARMLESS.search(message):
-        return message
-    return None
+def _refused(path: Path, message: str) -> DataError:
+    """The error for a JPEG libjpeg refuses (its message quoted)."""
+    if message.startswith(_DAMAGE):
+        return DataError(f"{path}: corrupt JPEG: the image data does not decode cleanly (libjpeg: "
+                         f"{message}); part of the picture would be garbage: re-export or remove it")
+    return DataError(f"{path}: unreadable JPEG (libjpeg: {message}); re-export or remove it")
 
 
 def probe_image(path: str | Path) -> tuple[int, int, str]:
-    """The scan's check: ``(height, width, format)`` after EXIF.
+    """The scan's check: ``(height, width, format)`` after EXIF, from headers and structure alone.
 
-    Refuses what :func:`decode_image` refuses: a missing, zero-byte or non-image file, a picture over
-    :func:`pixel_limit` (from its header, before anything is decoded), a JPEG or PNG that fails the
-    structure checks of :mod:`turboyolo.formats.images` (truncated, bad CRC, garbage in the image data),
-    image data that does not decode (a JPEG's at 1/8 scale; the other formats' whole).
+    Refuses a missing, zero-byte or non-image file, a picture over :func:`pixel_limit` (from its
+    header), a JPEG or PNG that fails the structure checks of :mod:`turboyolo.formats.images` (truncated,
+    bad CRC, stray markers in the image data, a segment libjpeg refuses: tables, frame, scan and
+    progression parameters), BMP or TIFF image data that runs past the end of the file. No pixel is
+    decoded: image data that is wrong under an intact structure is found by the first
+    :func:`decode_image` of the file, which runs these checks too.
 
     Raises:
         DataError: naming the file and the reason.
     """
     path = Path(path)
-    data, kind = _read(path)
-    late_exif = _check(path, data, kind)
-    with _opened(path, data) as img:
-        fmt = img.format or "?"
-        width, height = img.size
-        if fmt in _JPEG_FORMATS:  # the image data, decoded at 1/8 (the entropy decode is most of the cost)
-            _strict_jpeg(path, data, img, 1)
-        else:
-            # No cheaper check of the image data than decoding it (for a PNG, inflating its data is most
-            # of the cost): a truncated BMP, TIFF or WebP, a PNG whose compressed data is damaged under
-            # valid CRCs. Pillow then has any eXIf chunk that came after a PNG's pixels too.
-            img.load()
-        has_exif = fmt != "PNG" or "exif" in img.info or late_exif
-        orientation = _orientation(img) if has_exif else 1
+    with _file(path) as handle:
+        head = handle.read(_PROBE_HEAD)
+        kind = sniff(head[:8])
+        if kind == "JPEG":
+            header = _probe_jpeg(path, handle, head)
+        data = head + handle.read() if kind == "PNG" else None
+    if not head:
+        raise DataError(f"{path}: zero-byte image file; re-export or remove it")
+    if kind == "JPEG":
+        width, height, fmt, orientation = header.width, header.height, "JPEG", header.orientation
+    else:
+        if kind == "PNG":
+            _png(path, data)
+        with _opened(path, data) as img:
+            fmt = img.format or "?"
+            width, height = img.size
+            _within_file(path, img)
+            orientation = _png_orientation(data) if kind == "PNG" else _orientation(img)
     w, h = oriented_size(width, height, orientation)
     return h, w, fmt
+
+
+def _within_file(path: Path, img: Image.Image) -> None:
+    """BMP and TIFF headers say where the image data lies: a truncated file ends before it."""
+    end = None
+    if img.format == "BMP" and img.tile and img.tile[0][0] == "raw" and len(img.tile[0][3]) > 1:
+        end = img.tile[0][2] + abs(int(img.tile[0][3][1] or 0)) * img.size[1]
+    elif img.format == "TIFF":
+        tags = img.tag_v2
+        for offsets, counts in ((273, 279), (324, 325)):  # strips, tiles
+            if offsets in tags and counts in tags:
+                pairs = zip(_as_tuple(tags[offsets]), _as_tuple(tags[counts]), strict=False)
+                end = max((int(o) + int(c) for o, c in pairs), default=None)
+                break
+    size = path.stat().st_size
+    if end is not None and end > size:
+        raise DataError(f"{path}: truncated {img.format}: its header places image data up to byte {end}, "
+                        f"the file ends at byte {size}; re-export or remove it")
+
+
+def _as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
 
 
 def save_image(path: str | Path, bgr: np.ndarray, quality: int = 95) -> Path:

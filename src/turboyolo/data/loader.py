@@ -8,10 +8,16 @@ arrays stacked, a strided view, no transposing copy on the CPU). uint8 crosses t
 the bus; :func:`move_to_device` normalises on the device, and makes the layout contiguous there
 (or keeps channels-last with ``channels_last=True``).
 
-A sample that fails to load after the scan (the file changed or broke) is replaced by another one in a
-training loader, so batches keep their size; an evaluation loader (``drop_broken``) leaves it out, so
-each image is evaluated once or not at all. Both are counted and named: ``DetectionLoader.replaced``,
-``DetectionLoader.dropped`` and their ``*_summary()`` lines.
+A sample that fails to load after the scan is replaced by another one in a training loader, so batches
+keep their size; an evaluation loader (``drop_broken``) leaves it out, so each image is evaluated once or
+not at all. Both are counted and named: ``DetectionLoader.replaced``, ``DetectionLoader.dropped`` and
+their ``*_summary()`` lines (and the run's ``scan_report.txt``). The scan checks headers and structure
+only; the first decode of each image in the run (here, or the prepared cache's build) decodes all of its
+image data with the strict decoder, so a file whose data is damaged fails there, the first time it is
+drawn. Each sample's verdict is kept in memory shared by the loader's processes
+(:attr:`DetectionDataset.verdicts`): a refused file fails again wherever it is drawn (never trained on),
+and only a file whose whole decode passed may later be decoded at 1/8 scale without the scans that
+scale never reads (:func:`turboyolo.data.decode.decode_image` ``verified``).
 
 Determinism: the batch sampler (:mod:`turboyolo.data.sampler`, in the main process) decides which
 sample indices, epoch and output size every batch has, and whether mosaic and mixup are on
@@ -66,12 +72,15 @@ from turboyolo.data.sampler import (
     MultiScaleBatchSampler,
     Requests,
     TailSampler,
+    longest_pool,
 )
 from turboyolo.data.scan import Sample
 from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
 
 MAX_REPLACEMENTS = 16  # tries before a batch slot gives up (only with an almost entirely broken data set)
+UNCHECKED, VERIFIED, REFUSED = 0, 1, 2  # DetectionDataset.verdicts: what the run's decodes found so far
+LOAD_ERRORS = (DataError, OSError, ValueError, cv2.error)
 
 
 class DetectionDataset(torch.utils.data.Dataset):
@@ -99,6 +108,10 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.cache = cache
         self.drop_broken = drop_broken
         self.decodes: Counter[int] = Counter()  # in this process (a worker counts its own)
+        # per sample: UNCHECKED, VERIFIED (its whole decode passed) or REFUSED, in memory the loader's
+        # worker processes share (a forked or spawned worker sees the same tensor)
+        self.verdicts = torch.zeros(len(self.samples), dtype=torch.uint8).share_memory_()
+        self._refused: dict[int, str] = {}  # this process's refusals, raised again without a decode
         self._held: dict[int, tuple[np.ndarray, tuple[int, int]]] | None = None  # during a group
         self._decoded_now: list[int] = []  # decodes since the last batch was handed out
 
@@ -112,11 +125,27 @@ class DetectionDataset(torch.utils.data.Dataset):
             return self.cache.get(index)
         if self._held is not None and index in self._held:
             return self._held[index]
-        loaded = decode_image(self.samples[index].image, self.decode_size)
+        loaded = self._decode(index)
         self.decodes[index] += 1
         if self._held is not None:
             self._held[index] = loaded
             self._decoded_now.append(index)
+        return loaded
+
+    def _decode(self, index: int) -> tuple[np.ndarray, tuple[int, int]]:
+        """Decode sample ``index``, whole unless a decode in this run verified it; record the verdict."""
+        if index in self._refused:  # refused before in this process: the same error, no decode
+            raise DataError(self._refused[index])
+        verified = int(self.verdicts[index]) == VERIFIED
+        try:
+            loaded = decode_image(self.samples[index].image, self.decode_size, verified=verified)
+        except LOAD_ERRORS as err:
+            self.verdicts[index] = REFUSED
+            if isinstance(err, DataError):
+                self._refused[index] = str(err)
+            raise
+        if not verified:
+            self.verdicts[index] = VERIFIED
         return loaded
 
     def __getitems__(self, keys):
@@ -145,12 +174,14 @@ class DetectionDataset(torch.utils.data.Dataset):
             try:
                 image, orig_hw = self.load(chosen)
                 return image, orig_hw, chosen
-            except (DataError, OSError, ValueError, cv2.error) as err:
-                failures.append((str(self.samples[chosen].image), str(err)))
+            except LOAD_ERRORS as err:
+                failures.append((str(self.samples[chosen].image), _reason(err, self.samples[chosen].image)))
                 chosen = int(sample_rng(self.seed, epoch, index * MAX_REPLACEMENTS + attempt + 1)
                              .integers(len(self.samples)))
-        raise DataError(f"{MAX_REPLACEMENTS} samples in a row failed to load (first: {failures[0]}); "
-                        "run the scan again, the data set changed")
+        first, why = failures[0]
+        raise DataError(f"{MAX_REPLACEMENTS} samples in a row failed to load (the first: {printable(first)}: "
+                        f"{printable(why)}); see the scan report for the files that fail, and fix or remove "
+                        "them")
 
     def __getitem__(self, key: tuple):
         index, epoch, size, *rest = key
@@ -160,7 +191,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         if self.drop_broken:
             try:
                 image, orig_hw = self.load(index)
-            except (DataError, OSError, ValueError, cv2.error) as err:
+            except LOAD_ERRORS as err:
                 return DroppedSample(str(self.samples[index].image), _reason(err, self.samples[index].image))
             loaded = (image, orig_hw, index)
         else:
@@ -393,14 +424,14 @@ class DetectionLoader:
 
 def group_batches(pool_batches: int, epoch_batches: int, workers: int, cached: bool) -> int:
     """Batches one worker makes per request: a whole partner pool (each original decoded once per
-    epoch), unless that leaves workers idle (fewer pools in an epoch than workers: the pools are cut so
-    every worker has work, an image then decoded up to once per piece), or nothing is decoded (a
-    prepared cache: one batch per request)."""
+    epoch; the longest pool, an epoch's last, included), unless that leaves workers idle (fewer pools in
+    an epoch than workers: the pools are cut so every worker has work, an image then decoded up to once
+    per piece), or nothing is decoded (a prepared cache: one batch per request)."""
     if cached or pool_batches <= 1:
         return 1
     if workers <= 1:
-        return pool_batches
-    return max(1, min(pool_batches, -(-epoch_batches // workers)))
+        return longest_pool(pool_batches)
+    return max(1, min(longest_pool(pool_batches), -(-epoch_batches // workers)))
 
 
 class _MixPlan:

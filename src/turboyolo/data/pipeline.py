@@ -7,6 +7,7 @@ other's factory.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 
@@ -18,6 +19,11 @@ from turboyolo.data.loader import DetectionDataset, DetectionLoader, default_wor
 from turboyolo.data.sampler import MultiScaleBatchSampler, default_pool_batches, round_up
 from turboyolo.data.scan import Sample
 from turboyolo.errors import DataError
+
+# Test-only (not a user option): batches per partner pool for every loader built with the default
+# ``partner_pool``, 0 = each mosaic/mixup partner drawn independently from the whole data set (the
+# behaviour before the pools); how bench/defaults_250.py compares the two on the same runs.
+PARTNER_POOL_ENV = "TURBOYOLO_PARTNER_POOL"
 
 
 def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, augment: AugmentParams | None,
@@ -53,8 +59,9 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
             (:class:`MultiScaleBatchSampler`); images whose size the scan did not record count as square.
         partner_pool: batches per mosaic/mixup partner pool (:mod:`turboyolo.data.sampler`; partners
             come from images a worker has in hand, so each original is decoded once per epoch); None =
-            :func:`default_pool_batches` of ``batch_size``; 0 = partners from the whole data set (each
-            mosaic decodes its 3 partners again without a cache).
+            :func:`default_pool_batches` of ``batch_size`` (or :data:`PARTNER_POOL_ENV`, when set: tests
+            and benchmarks); 0 = partners from the whole data set (each mosaic decodes its 3 partners
+            again without a cache).
 
     Returns:
         :class:`DetectionLoader` (``__iter__``, ``__len__``, ``set_epoch``, ``replaced_count``).
@@ -86,6 +93,8 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
                                      drop_last=drop_last, weights=weights, rect_hw=rect_hw)
     if augment is not None and (augment.mosaic > 0 or augment.mixup > 0):
         # of the global batch: DDP ranks and one process draw from the same pools
+        if partner_pool is None:
+            partner_pool = _partner_pool_from_env()
         sampler.pool_batches = (default_pool_batches(batch_size * world_size) if partner_pool is None
                                 else partner_pool)
     if workers is None:
@@ -98,3 +107,14 @@ def build_loader(samples: Sequence[Sample], *, img_size: int, batch_size: int, a
         drop_broken = augment is None and not shuffle
     dataset = DetectionDataset(samples, augment, decode_size, seed, cache, drop_broken=drop_broken)
     return DetectionLoader(dataset, sampler, workers, prefetch_factor, pin_memory)
+
+
+def _partner_pool_from_env() -> int | None:
+    """:data:`PARTNER_POOL_ENV` as batches per partner pool (None when unset: the default pools)."""
+    value = os.environ.get(PARTNER_POOL_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise DataError(f"{PARTNER_POOL_ENV}={value!r}: a number of batches per partner pool "
+                        "(0 = partners from the whole data set); unset it for the default pools")
+    return int(value)

@@ -35,6 +35,17 @@ def default_pool_batches(batch_size: int) -> int:
     return max(1, -(-images // batch_size))
 
 
+def longest_pool(pool_batches: int) -> int:
+    """Batches in the longest partner pool of ``pool_batches``: an epoch's last run, when shorter than
+    half the others, joins the run before it (:meth:`MultiScaleBatchSampler._pools`)."""
+    return pool_batches + _joined_tail(pool_batches) - 1 if pool_batches > 0 else 0
+
+
+def _joined_tail(pool_batches: int) -> int:
+    """A last run of fewer batches than this joins the run before it."""
+    return max(1, pool_batches // 2)
+
+
 class MultiScaleBatchSampler(torch.utils.data.Sampler):
     """Yields lists of ``(index, epoch, size)``; one size per batch, all ranks agree.
 
@@ -140,7 +151,7 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         before, so no pool is a handful of images."""
         size = self.pool_batches
         starts = list(range(0, len(chunks), size))
-        if len(starts) > 1 and len(chunks) - starts[-1] < max(1, size // 2):
+        if len(starts) > 1 and len(chunks) - starts[-1] < _joined_tail(size):
             starts.pop()
         pools = []
         for k, start in enumerate(starts):

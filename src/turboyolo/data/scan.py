@@ -8,15 +8,19 @@ Rules (each excluded or fixed file is listed with its reason in the report):
   is excluded (dropping only the line would train its object as background); the lines are counted;
 - box corners up to 0.01 outside [0, 1]: clipped (fixed, by line);
 - duplicate boxes: removed (fixed);
-- unreadable, truncated, damaged (bad PNG CRC, garbage in a JPEG's image data), zero-byte or too large
-  (a decompression bomb) image: excluded (the checks of :func:`turboyolo.data.decode.probe_image`, the
-  same ones every decode runs). EXIF orientation is applied to sizes.
+- unreadable, truncated, damaged (bad PNG CRC, a JPEG segment libjpeg refuses: tables, frame, scan or
+  progressive parameters), zero-byte or too large (a decompression bomb) image: excluded (the header and
+  structure checks of :func:`turboyolo.data.decode.probe_image`, which every decode runs too; no pixel is
+  decoded here). Damage inside the image data under an intact structure is found by the first decode the
+  run makes of the file (the prepared cache's build, or the loader's first epoch), which replaces it,
+  counts it and names it in the run's report. EXIF orientation is applied to sizes.
 - a label file that Darknet's or PyTorch-YOLOv3's path rule would pick differently: warning;
 - a folder link not followed again (a link loop) or an unreadable folder: warning.
 
-The cache (``$TURBOYOLO_CACHE/scans/*.json``) is keyed per file by path, size and mtime, so an unchanged
-data set scans instantly and a changed file is re-checked alone. It is plain JSON (labels as base64
-float32), never pickle: a planted cache file can at worst make the scan re-check files, never run code.
+The cache (``$TURBOYOLO_CACHE/scans/*.npz``) is keyed per file by path, size and mtime, so an unchanged
+data set loads in one read and a changed file is re-checked alone. It holds plain arrays and JSON
+(:mod:`turboyolo.data.scan_cache`), never pickle: a planted cache file can at worst make the scan re-check
+files, never run code.
 
 Every scan writes its report (every excluded, fixed and warned file with its reason) to a file it names
 (``ScanResult.report``); :func:`write_scan_report` writes every split's report into a run directory
@@ -25,13 +29,15 @@ Every scan writes its report (every excluded, fixed and warned file with its rea
 
 from __future__ import annotations
 
-import base64
+import contextlib
+import gc
 import hashlib
-import json
+import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,10 +46,13 @@ import numpy as np
 from turboyolo.assets import cache_dir
 from turboyolo.data.autolabels import label_status, read_manifest
 from turboyolo.data.decode import probe_image
+from turboyolo.data.scan_cache import load_entries, save_entries
+from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import (
     label_path_disagreement,
     label_path_for,
+    label_paths_for,
     link_problem,
     list_images,
     load_data_config,
@@ -51,14 +60,13 @@ from turboyolo.formats.datasets import (
 from turboyolo.formats.labels import parse_yolo_labels
 from turboyolo.formats.text import read_text
 
-# 4: byte-order marks read, other formats' image data decoded; 3: every bad label line named and counted;
-# 2: JSON cache (1 was pickle, never read again)
-SCAN_VERSION = 4
-CACHE_FORMAT = "turboyolo-scan-cache"
+# 5: the cache as plain arrays (.npz, scan_cache.py); 4: byte-order marks read, other formats' image data
+# decoded; 3: every bad label line named and counted; 2: JSON cache (1 was pickle, never read again)
+SCAN_VERSION = 5
 REPORT_NAME = "scan_report.txt"
 
 
-@dataclass
+@dataclass(slots=True)  # no per-object __dict__: a large data set holds one per image
 class Sample:
     """One usable image: its path, its boxes (float32 [N, 5] cls cx cy w h relative) and (h, w)."""
 
@@ -194,15 +202,15 @@ def _write_text(path: Path, text: str) -> Path:
     return path
 
 
-def _stat_key(path: Path) -> list[int] | None:
+def _stat_key(path: str | Path) -> list[int] | None:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError:
         return None
     return [st.st_size, st.st_mtime_ns]
 
 
-def _entry_key(image: Path, label: Path, num_classes: int | None) -> list:
+def _entry_key(image: str | Path, label: str | Path, num_classes: int | None) -> list:
     """What a cached entry must match to be reused (JSON values, so it compares equal after a load)."""
     return [str(image), _stat_key(image), str(label), _stat_key(label), num_classes]
 
@@ -245,74 +253,100 @@ def _check_one(image: Path, num_classes: int | None) -> _Entry:
                   warning=warning)
 
 
+PROCESS_MIN = 2000  # fewer images to check than this: threads in this process (a start costs more)
+
+
+def _check_all(images: list[Path], num_classes: int | None, workers: int | None) -> list[_Entry]:
+    """:func:`_check_one` of every image, in order, on every core: the checks are mostly Python (they hold
+    the GIL), so a long list is cut into chunks checked by forked processes, each with a few threads that
+    overlap its file reads; a short one (or where processes cannot fork) uses threads here."""
+    cpus = usable_cpus()
+    threads = workers or min(32, cpus * 2)
+    context = _fork_context()
+    processes = min(cpus, threads)
+    if len(images) < PROCESS_MIN or processes < 2 or context is None:
+        return _check_chunk(images, num_classes, threads)
+    size = max(64, min(1024, -(-len(images) // (processes * 8))))
+    chunks = [images[i:i + size] for i in range(0, len(images), size)]
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_leave_ctrl_c_to_the_caller)
+    try:
+        done = pool.map(_check_chunk, chunks, [num_classes] * len(chunks),
+                        [_THREADS_PER_PROCESS] * len(chunks))
+        return [entry for chunk in done for entry in chunk]
+    except BaseException:  # Ctrl-C: the chunks not started are dropped, not checked first
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
+
+
+_THREADS_PER_PROCESS = 4  # enough to keep a disk busy while the others parse
+
+
+def _check_chunk(images: list[Path], num_classes: int | None, threads: int) -> list[_Entry]:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda image: _check_one(image, num_classes), images))
+
+
+def _leave_ctrl_c_to_the_caller() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _fork_context():
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def _cache_file(data_path: Path, split: str) -> Path:
     digest = hashlib.sha1(f"{data_path.resolve()}|{split}|{SCAN_VERSION}".encode(errors="surrogateescape")
                           ).hexdigest()[:16]
-    return cache_dir() / "scans" / f"{data_path.stem}-{split}-{digest}.json"
+    return cache_dir() / "scans" / f"{data_path.stem}-{split}-{digest}.npz"
 
 
-def _entry_to_json(entry: _Entry) -> dict:
-    labels = None
-    if entry.labels is not None:
-        labels = base64.b64encode(np.ascontiguousarray(entry.labels, "<f4").tobytes()).decode("ascii")
-    return {"key": entry.key, "status": entry.status, "reason": entry.reason, "labels": labels,
-            "hw": list(entry.hw) if entry.hw is not None else None, "fixes": entry.fixes,
-            "warning": entry.warning, "bad_lines": entry.bad_lines}
-
-
-def _entry_from_json(item: dict) -> _Entry:
-    """Rebuild one entry; any field of the wrong type raises (the entry is then re-checked)."""
-    labels = item["labels"]
-    if labels is not None:
-        raw = base64.b64decode(labels, validate=True)
-        labels = np.frombuffer(raw, "<f4").astype(np.float32).reshape(-1, 5)
-    hw = item["hw"]
-    if hw is not None:
-        hw = (int(hw[0]), int(hw[1]))
-    status = item["status"]
-    if status not in ("ok", "excluded") or (status == "ok" and (labels is None or hw is None)):
-        raise ValueError("inconsistent entry")
-    fixes, warning = item["fixes"], item["warning"]
-    if not isinstance(fixes, list) or not all(isinstance(f, str) for f in fixes):
+def _check_entries(columns: dict[str, list]) -> None:
+    """Raise ``ValueError`` when cached fields (``{field: [value per entry]}``, a field of default values
+    may be absent) are not what :func:`_check_one` makes: the scan then checks the files again."""
+    count = len(columns["key"])
+    status = columns["status"]
+    if not set(status) <= {"ok", "excluded"}:
+        raise ValueError("status")
+    if any(s == "ok" and (labels is None or hw is None)
+           for s, labels, hw in zip(status, columns["labels"], columns["hw"])):
+        raise ValueError("an ok entry without labels or size")
+    for name, kind in (("reason", str), ("bad_lines", int)):
+        if not all(type(value) is kind for value in columns.get(name, ())):
+            raise ValueError(name)
+    fixes = columns.get("fixes", ())
+    if not all(type(item) is list and all(type(f) is str for f in item) for item in fixes):
         raise ValueError("fixes")
-    if warning is not None and not isinstance(warning, str):
+    if not all(w is None or type(w) is str for w in columns.get("warning", ())):
         raise ValueError("warning")
-    return _Entry(list(item["key"]), status, str(item["reason"]), labels, hw, fixes, warning,
-                  int(item["bad_lines"]))
+    if any(len(values) != count for values in columns.values()):
+        raise ValueError("column length")
 
 
 def _load_cache(path: Path) -> dict[str, _Entry]:
     """The cached entries by image path; {} for a missing, foreign or broken file (only a slower scan).
-
-    JSON only: whatever the file holds, reading it runs no code."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
-        return {}
-    if data.get("version") != SCAN_VERSION:
-        return {}
-    stored = data.get("entries")
-    entries: dict[str, _Entry] = {}
-    for image, item in (stored.items() if isinstance(stored, dict) else ()):
-        try:
-            entries[image] = _entry_from_json(item)
-        except (KeyError, TypeError, ValueError, IndexError):
-            continue  # re-checked
-    return entries
+    Plain arrays and JSON (:mod:`turboyolo.data.scan_cache`): whatever the file holds, reading it runs
+    no code."""
+    return load_entries(path, _Entry, SCAN_VERSION, _check_entries)
 
 
 def _save_cache(path: Path, entries: dict[str, _Entry]) -> None:
+    save_entries(path, entries, SCAN_VERSION)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off inside (restored after): building an index of a million
+    small objects that form no cycles otherwise triggers full collections that walk them all again.
+    Never around the checks (decoders may leave cycles to collect)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        document = {"format": CACHE_FORMAT, "version": SCAN_VERSION,
-                    "entries": {image: _entry_to_json(entry) for image, entry in entries.items()}}
-        tmp.write_text(json.dumps(document), encoding="utf-8")  # ASCII: odd file names are \u escapes
-        os.replace(tmp, path)
-    except OSError:
-        pass  # read-only cache location: scanning still works, just not cached
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def scan_images(images: list[Path], names: list[str] | None, *, workers: int | None = None,
@@ -320,62 +354,95 @@ def scan_images(images: list[Path], names: list[str] | None, *, workers: int | N
                 notes: Sequence[str] = ()) -> ScanResult:
     """Scan an explicit list of images (see :func:`scan_dataset`); ``notes`` become warnings."""
     num_classes = len(names) if names is not None else None
-    cached = _load_cache(cache_path) if cache_path else {}
-    entries: dict[str, _Entry] = {}
-    todo = []
-    for image in images:
-        old = cached.get(str(image))
-        if old is not None and old.key == _entry_key(image, label_path_for(image), num_classes):
-            entries[str(image)] = old
-        else:
-            todo.append(image)
-    from_cache = len(entries)
-    if todo:
-        workers = workers or min(32, (os.cpu_count() or 1) * 2)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for image, entry in zip(todo, pool.map(lambda p: _check_one(p, num_classes), todo), strict=True):
-                entries[str(image)] = entry
-        if cache_path:
-            _save_cache(cache_path, entries)
+    texts = [str(image) for image in images]
+    entries, from_cache = _entries_for(images, texts, num_classes, cache_path, workers)
     result = ScanResult([], list(names or []), found=len(images), cached=from_cache, split=split,
                         source=source, warnings=list(notes))
-    seen: set[str] = set()
-    label_owner: dict[str, Path] = {}
-    for image in images:
-        if str(image) in seen:
-            result.excluded.append((str(image), "listed twice (second entry ignored; --loader darknet draws "
-                                                 "it as often as it is listed)"))
-            result.listed_again[str(image)] = result.listed_again.get(str(image), 0) + 1
-            continue
-        seen.add(str(image))
-        owner = label_owner.setdefault(str(entries[str(image)].key[2]), image)
-        if owner != image:  # a.jpg and a.png: one label file read for two images
-            result.warnings.append(f"{image}: reads the same label file {entries[str(image)].key[2]} as "
-                                   f"{owner.name}; rename one image unless they are one picture")
-        entry = entries[str(image)]
-        if entry.warning:
-            result.warnings.append(entry.warning)
-        if entry.status != "ok":
-            result.excluded.append((str(image), entry.reason))
-            result.bad_label_lines += entry.bad_lines
-            continue
-        for fix in entry.fixes:
-            result.fixed.append((str(image), fix))
-        if len(entry.labels) == 0:
-            result.background += 1
-        result.samples.append(Sample(image, entry.labels, entry.hw))
-    count_label_statuses(result)
+    with collector_paused():
+        _collect(result, images, texts, entries)
     return result
 
 
-def count_label_statuses(result: ScanResult) -> None:
+def _collect(result: ScanResult, images: list[Path], texts: list[str], entries: dict[str, _Entry]) -> None:
+    """Fill ``result`` from the entries in list order: samples, exclusions, fixes, warnings, counts."""
+    seen: set[str] = set()
+    label_owner: dict[str, Path] = {}
+    label_files: list[tuple[str, bool]] = []  # per sample: its label file, and whether it exists
+    for image, text in zip(images, texts):
+        if text in seen:
+            result.excluded.append((text, "listed twice (second entry ignored; --loader darknet draws "
+                                          "it as often as it is listed)"))
+            result.listed_again[text] = result.listed_again.get(text, 0) + 1
+            continue
+        seen.add(text)
+        entry = entries[text]
+        owner = label_owner.setdefault(str(entry.key[2]), image)
+        if owner != image:  # a.jpg and a.png: one label file read for two images
+            result.warnings.append(f"{image}: reads the same label file {entry.key[2]} as "
+                                   f"{owner.name}; rename one image unless they are one picture")
+        if entry.warning:
+            result.warnings.append(entry.warning)
+        if entry.status != "ok":
+            result.excluded.append((text, entry.reason))
+            result.bad_label_lines += entry.bad_lines
+            continue
+        for fix in entry.fixes:
+            result.fixed.append((text, fix))
+        if len(entry.labels) == 0:
+            result.background += 1
+        result.samples.append(Sample(image, entry.labels, entry.hw))
+        label_files.append((str(entry.key[2]), entry.key[3] is not None))
+    count_label_statuses(result, label_files)
+
+
+def _entries_for(images: list[Path], texts: list[str], num_classes: int | None, cache_path: Path | None,
+                 workers: int | None) -> tuple[dict[str, _Entry], int]:
+    """Each image's entry: the cached one where its key (paths, sizes, mtimes, class count) still holds,
+    else a fresh check (:func:`_check_one`, in threads); the cache rewritten when anything was checked.
+    Returns (entries by image path, how many came from the cache)."""
+    with collector_paused():
+        cached = _load_cache(cache_path) if cache_path else {}
+        entries: dict[str, _Entry] = {}
+        todo = [] if cached else list(images)
+        for image, text, label in zip(images, texts, label_paths_for(texts)) if cached else ():
+            old = cached.get(text)
+            if old is not None and old.key == _entry_key(text, label, num_classes):
+                entries[text] = old
+            else:
+                todo.append(image)
+    from_cache = len(entries)
+    if todo:
+        for image, entry in zip(todo, _check_all(todo, num_classes, workers), strict=True):
+            entries[str(image)] = entry
+        if cache_path:
+            with collector_paused():
+                _save_cache(cache_path, entries)
+    return entries, from_cache
+
+
+def count_label_statuses(result: ScanResult, label_files: Sequence[tuple[str, bool]] | None = None) -> None:
     """Fill ``result``'s human / reviewed / model-made counts and its unreviewed images from the label
-    files' provenance (:mod:`turboyolo.data.autolabels`); one manifest read per labels folder."""
-    manifests: dict[Path, dict] = {}
+    files' provenance (:mod:`turboyolo.data.autolabels`).
+
+    ``label_files``: per sample its label file and whether it exists (default: looked up). A folder's
+    manifest is read once, and only a file the manifest names is hashed: a file it does not name (every
+    file of a folder without one) is a person's."""
+    if label_files is None:
+        label_files = [(str(label), label.is_file()) for label in map(label_path_for,
+                                                                       (s.image for s in result.samples))]
+    manifests: dict[str, dict] = {}
     counts = {"model": 0, "reviewed": 0, "human": 0, "none": 0}
-    for sample in result.samples:
-        label = label_path_for(sample.image)
-        status = label_status(label, manifests.setdefault(label.parent, read_manifest(label.parent)))
+    for sample, (label, exists) in zip(result.samples, label_files, strict=True):
+        folder, name = os.path.split(label)
+        manifest = manifests.get(folder) if exists else None
+        if exists and manifest is None:
+            manifest = manifests[folder] = read_manifest(folder)
+        if not exists:
+            status = "none"
+        elif name not in manifest:
+            status = "human"  # what label_status says of a file the manifest does not name, unhashed
+        else:
+            status = label_status(label, manifest)
         counts[status] += 1
         if status == "model":
             result.unreviewed.append(str(sample.image))
@@ -420,7 +487,9 @@ def _own_split_only(images: list[Path], config, split: str, notes: list[str]) ->
     parents: dict[Path, str] = {}
     kept, dropped = [], {}
     for image in images:
-        real = parents.setdefault(image.parent, os.path.realpath(image.parent) + os.sep)
+        real = parents.get(image.parent)
+        if real is None:  # once per folder: realpath walks every component
+            real = parents[image.parent] = os.path.realpath(image.parent) + os.sep
         if os.path.islink(image):  # a file link into the other split's folder counts as well
             real = os.path.realpath(image)
         other = next((o for o in others if real.startswith(o)), None)
@@ -443,7 +512,7 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
         data_path: a ``.data`` file, a ``data.yaml`` or an image folder.
         split: ``train`` or ``val``.
         names: class names overriding the data set's (required when it has none and labels exist).
-        workers: threads for the checks (default 2 x CPUs).
+        workers: threads for the checks (default 2 x CPUs; a long list is checked in a process per CPU).
         use_cache: reuse/update the scan cache keyed by path, size and mtime.
         report_path: where to write the full report (``result.report``); default: beside the scan
             cache, ``$TURBOYOLO_CACHE/scans/<data>-<split>-<hash>.txt``.
@@ -459,8 +528,9 @@ def scan_dataset(data_path: str | Path, split: str, names: list[str] | None = No
     names = names if names is not None else config.names
     images: list[Path] = []
     notes: list[str] = []
-    for source in config.split(split):
-        images += list_images(source, notes)
+    with collector_paused():  # a Path per listed image
+        for source in config.split(split):
+            images += list_images(source, notes)
     images = _own_split_only(images, config, split, notes)
     if not images:
         raise DataError(f"{data_path}: the {split} split lists no images; check its {split} entry")

@@ -18,7 +18,7 @@ from turboyolo.doctor.measure import DoctorOptions, measure
 from turboyolo.doctor.verdict import GPU_RATES, StageTimings, Verdict, diagnose, render_markdown
 from turboyolo.errors import FlagError
 from turboyolo.formats.darknet_cfg import parse_cfg
-from turboyolo.options import RunDirArgs, amp_option, device_option, option
+from turboyolo.options import RunDirArgs, amp_option, check_img_size, device_option, img_size_option, option
 from turboyolo.rundir import removed_if_empty
 from turboyolo.train.config import AUGMENT_ON_CHOICES, CACHE_CHOICES
 
@@ -31,7 +31,7 @@ class DoctorArgs:
 
     split: str = option("train", "which split to measure")
     device: str = device_option()
-    img_size: int | None = option(None, "network input side (default: the cfg's)", type=int)
+    img_size: int | None = img_size_option("the cfg's width")
     batch: int | None = option(None, "images per iteration (default: the cfg's)", type=int)
     subdivisions: int | None = option(None, "mini-batches per iteration", type=int)
     amp: str = amp_option()
@@ -50,6 +50,8 @@ class DoctorArgs:
     assume_cpus: int | None = option(None, "predict for a machine with this many cores like this one's "
                                      "(the GPU machine you plan to train on; default: the cores this "
                                      "process may use)", type=int)
+    epochs: int | None = option(None, "the epochs you train for (default: train's): the report says what "
+                                "share of such a run its start takes", "-e", "--epochs", type=int)
     images: int = option(32, "images of the split used per stage", type=int)
     repeats: int = option(3, "timed repeats per stage (median)", type=int)
 
@@ -63,6 +65,8 @@ class DoctorArgs:
             raise FlagError(f"--assume-step-ms {self.assume_step_ms}: give a positive step time in ms")
         if self.assume_step_ms is not None and self.assume_gpu is not None:
             raise FlagError("--assume-step-ms and --assume-gpu exclude each other; pass one")
+        if self.epochs is not None and self.epochs < 1:
+            raise FlagError(f"--epochs {self.epochs}: give the epochs you train for (>= 1)")
         if self.assume_cpus is not None and not 1 <= self.assume_cpus <= 1024:
             raise FlagError(f"--assume-cpus {self.assume_cpus}: give the planned machine's cores (1-1024)")
 
@@ -113,8 +117,7 @@ def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: 
     spec = parse_cfg(request.cfg)
     net = spec.net
     img_size = args.img_size or net.width
-    if img_size % 32:
-        raise FlagError(f"--img-size {img_size}: use a multiple of 32")
+    check_img_size(img_size)
     spec = spec.with_net(width=img_size, height=img_size)
     batch, subdivisions = args.batch or net.batch, args.subdivisions or net.subdivisions
     if batch % subdivisions:
@@ -132,7 +135,8 @@ def run_doctor(request: DoctorRequest, log: Callable[[str], object] = lambda _: 
                             amp_dtype=amp_dtype_for(device, args.amp),
                             assume_step_ms=args.assume_step_ms, assume_gpu=args.assume_gpu,
                             assume_cpus=args.assume_cpus,
-                            images=args.images, repeats=args.repeats, cfg=str(request.cfg),
+                            images=args.images, repeats=args.repeats, epochs=args.epochs,
+                            cfg=str(request.cfg),
                             data=str(request.data))
     run_dir = request.run_dir.make("doctor")
     with removed_if_empty(run_dir, made=not request.run_dir.exist_ok):  # a data error leaves no empty folder

@@ -29,17 +29,19 @@ from turboyolo.data.decode import decode_image
 from turboyolo.data.device_augment import augment_batch, place_on_canvas, plan_sample, sampled_region
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import Sample, scan_dataset
+from turboyolo.data.scan import Sample
 from turboyolo.data.timing import measure_loader, median_pass, ring_round_batches
 from turboyolo.devices import usable_cpus
 from turboyolo.doctor.verdict import StageTimings
 from turboyolo.errors import DataError
-from turboyolo.train.auto import PipelineChoice, choose_pipeline
+from turboyolo.train.anchors import check_anchors
+from turboyolo.train.auto import AUTO, PipelineChoice, choose_pipeline
 from turboyolo.train.checkpoint import CheckpointWriter, checkpoint_dict
 from turboyolo.train.config import TrainConfig
 from turboyolo.train.distributed import DistEnv
 from turboyolo.train.engine import StepOptions, TrainState, train_one_epoch
 from turboyolo.train.facts import GPU_RATES, assumed_step_s, forward_flops, machine_facts, measure_costs
+from turboyolo.train.loaders import scan_splits
 from turboyolo.train.plan import make_plan
 from turboyolo.train.resolve import ResolvedRun, resolve_options
 from turboyolo.train.setup import build_state
@@ -64,6 +66,7 @@ class DoctorOptions:
     assume_cpus: int | None = None  # predict for this many cores (None: this process's usable cores)
     images: int = 32  # subset size for the per-image stages
     repeats: int = 3
+    epochs: int | None = None  # the run's length (None: train's default), for the share the start takes
     loader_batches: int = 3
     cfg: str = "model.cfg"  # what train would read (the resolved run names them)
     data: str = "data"
@@ -76,9 +79,10 @@ class DoctorOptions:
 def resolved_run(spec, options: DoctorOptions) -> ResolvedRun:
     """The run ``turboyolo train`` would resolve for this cfg and these settings (its augmentation,
     loss, BatchNorm and plan), without the pipeline settings (the doctor measures those)."""
+    length = {"epochs": options.epochs} if options.epochs else {}
     config = TrainConfig.build(cfg=options.cfg, data=options.data, img_size=options.img_size,
                                batch=options.batch, subdivisions=options.subdivisions,
-                               device=str(options.device), amp=options.amp)
+                               device=str(options.device), amp=options.amp, **length)
     resolved = resolve_options(config, spec, say=lambda *_: None)
     plan = make_plan(resolved.config, resolved.spec.net, PLANNED_ITERATIONS, 10, PLANNED_ITERATIONS // 10)
     return resolved.with_plan(plan)
@@ -183,7 +187,8 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
     torch.set_num_threads(1)
     try:
         resolved = resolved_run(spec, options)
-        scan = scan_dataset(data, split)
+        scans, startup = measure_startup(resolved, options, log)
+        scan = scans[0] if split == "train" else scans[1]
         log(scan.summary())
         if not scan.samples:
             raise DataError(f"{data}: no usable {split} images (see the scan report)")
@@ -211,7 +216,37 @@ def measure(data, split: str, spec, options: DoctorOptions, run_dir: Path, log=p
         cores=options.assume_cpus or usable_cpus(), workers=options.workers, cached=options.cache != "none",
         augment_on=options.augment_on, dataset_images=len(scan.samples), cache_bytes=cache_bytes,
         handoff_s=costs.handoff_s, costs=vars(costs), auto=choice.lines(),
-        device_unsupported=device_augment_unsupported(augment))
+        device_unsupported=device_augment_unsupported(augment), **startup)
+
+
+def measure_startup(resolved: ResolvedRun, options: DoctorOptions, log=print) -> tuple[tuple, dict]:
+    """What ``turboyolo train`` does before its first step that depends on the data set, timed (wall) as
+    it does it: both splits' scans, the anchor check (with ``--autoanchor`` its fit, kept for the next
+    start as train keeps it) and, when a pipeline setting is ``auto``, the pipeline measurement.
+
+    Returns ((train scan, val scan), :class:`StageTimings`' ``startup_s``, ``startup_cold`` and
+    ``planned_images``)."""
+    config, parts = resolved.config, {}
+    start = time.perf_counter()
+    train_scan, val_scan = scan_splits(config)
+    parts["scan"] = time.perf_counter() - start
+    cold = train_scan.cached < train_scan.found or val_scan.cached < val_scan.found
+    start = time.perf_counter()
+    fit = config.loss.autoanchor and not config.loss.anchors  # as train's start (setup.fit_to_data)
+    check_anchors(resolved.spec, train_scan.samples, autoanchor=fit, data=config.data, cfg=config.cfg,
+                  say=lambda *_: None)
+    parts["anchor check"] = time.perf_counter() - start
+    if train_scan.samples and (AUTO in (options.cache, options.augment_on) or options.workers is None):
+        start = time.perf_counter()
+        measure_costs(train_scan.samples, options.img_size, options.mini_batch, resolved.augment,
+                      multiscale=resolved.multiscale)
+        parts["pipeline measurement"] = time.perf_counter() - start
+    planned = config.schedule.epochs * len(train_scan.samples)
+    if resolved.max_iterations:
+        planned = min(planned, resolved.max_iterations * options.batch)
+    log("  start-up before the first step: " + ", ".join(f"{name} {s:.1f} s" for name, s in parts.items())
+        + (" (the scan checked files: a first start)" if cold else ""))
+    return (train_scan, val_scan), dict(startup_s=parts, startup_cold=cold, planned_images=planned)
 
 
 def auto_choice(options: DoctorOptions, costs, step: dict, copy_s: float, cache_bytes: int,

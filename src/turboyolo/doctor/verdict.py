@@ -22,11 +22,12 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from turboyolo.data.cache import human_bytes as _human
-from turboyolo.train.auto import ImageCosts, predict, supply
+from turboyolo.train.auto import ImageCosts, predict, rate_text, supply
 from turboyolo.train.facts import ASSUMED_MFU, GPU_RATES, assumed_step_s  # noqa: F401  (re-exported)
 
 DATA_WAIT_OK = 0.03  # below this share of step time the data pipeline is not the bottleneck
 CHECKPOINT_STALL_OK = 0.05  # a per-epoch checkpoint stall above this share of an epoch is worth fixing
+STARTUP_OK = 0.10  # a start (before the first step) above this share of the whole run is named
 
 @dataclass
 class StageTimings:
@@ -58,6 +59,11 @@ class StageTimings:
         costs: the loader's CPU-seconds per image for each setting, measured on a sample
             (:class:`turboyolo.train.auto.ImageCosts` fields); None: modelled from the stages.
         auto: what ``--cache auto --augment-on auto --workers auto`` would choose, one line each.
+        startup_s: wall seconds of the parts of train's start that depend on the data set (scan, anchor
+            check, pipeline measurement), as measured; None: not measured.
+        startup_cold: the scan checked files (a first start) rather than reading its cache.
+        planned_images: images the planned run trains on (epochs x training images, or its
+            iterations x batch when those end it first).
     """
 
     decode_s: float
@@ -85,6 +91,9 @@ class StageTimings:
     costs: dict | None = None  # ImageCosts fields measured with the real loader (cold_s, warm_s, ...)
     auto: list | None = None  # what `auto` would choose here: its lines (reasons, predicted data-wait)
     device_unsupported: str | None = None  # why the device path would not do this augmentation
+    startup_s: dict[str, float] | None = None  # the data-dependent parts of the start, wall seconds
+    startup_cold: bool = False
+    planned_images: int = 0
 
     @property
     def mini_batch(self) -> int:
@@ -114,6 +123,8 @@ class Verdict:
     # predicted wall-clock images/s of the loader alone (no step), "workers W, cache C, augment A" -> rate:
     # what `turboyolo bench data` and bench/doctor_check.py measure
     loader_predictions: dict[str, float] = field(default_factory=dict)
+    startup_share: float = 0.0  # the measured start's share of start + planned run at the expected rate
+    startup: str = ""  # the sentence naming the start when its share is above STARTUP_OK
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -181,8 +192,38 @@ def diagnose(t: StageTimings) -> Verdict:
     f = _figures(t)
     bottleneck, sentence = _bottleneck(t, f)
     parts = {"source": f.source, "augment": f.aug, "overhead": f.overhead}
+    share, startup = startup_note(t, f.expected)
     return Verdict(bottleneck, sentence, f.wait, f.supply, f.demand, f.expected, parts, f.cache_factor,
-                   f.checkpoint_share, _suggestions(t, f), loader_predictions(t))
+                   f.checkpoint_share, _suggestions(t, f), loader_predictions(t), share, startup)
+
+
+STARTUP_ADVICE = {
+    "scan": "it is mostly the scan; {cold}",
+    "anchor check": ("it is mostly the anchor check: its k-means fit is kept for the next start with the "
+                     "same boxes and size; --no-autoanchor, or the fitted anchors in --anchors, skip it"),
+    "pipeline measurement": ("it is mostly measuring the input pipeline for `auto`: give --cache, "
+                             "--augment-on and --workers (what `auto` chose above) to skip it"),
+}
+
+
+def startup_note(t: StageTimings, expected_images_per_s: float) -> tuple[float, str]:
+    """(the start's share of start + planned run, a sentence naming it when the share is above
+    :data:`STARTUP_OK`; else "")."""
+    if not t.startup_s or not t.planned_images:
+        return 0.0, ""
+    total = sum(t.startup_s.values())
+    run_s = t.planned_images / max(expected_images_per_s, 1e-12)
+    share = total / max(total + run_s, 1e-12)
+    if share <= STARTUP_OK:
+        return share, ""
+    worst = max(t.startup_s, key=t.startup_s.get)
+    cold = ("it checked every file, a first start's cost: the next start reads the scan cache"
+            if t.startup_cold else "it read the scan cache: a longer run (more epochs) spreads it")
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in t.startup_s.items())
+    return share, (f"start-up is {100 * share:.0f}% of the run: {total:.1f} s before the first step "
+                   f"({parts}) against {run_s:,.0f} s of training ({t.planned_images:,} images at "
+                   f"{rate_text(expected_images_per_s)} images/s); "
+                   + STARTUP_ADVICE.get(worst, "{cold}").format(cold=cold) + ".")
 
 
 def loader_key(workers: int, cache: str, augment_on: str) -> str:
@@ -202,8 +243,8 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
     """The limiting stage and the verdict's sentence."""
     if f.wait < DATA_WAIT_OK:
         return "model step", (
-            f"model-step-bound: the training step ({t.step_source}) consumes {f.demand:,.0f} images/s "
-            f"and the loader ({t.workers} workers) supplies {f.supply:,.0f}, so the data pipeline "
+            f"model-step-bound: the training step ({t.step_source}) consumes {rate_text(f.demand)} images/s "
+            f"and the loader ({t.workers} workers) supplies {rate_text(f.supply)}, so the data pipeline "
             f"is not what limits training (data-wait {100 * f.wait:.0f}%).")
     parts = {"source": f.source, "augment": f.aug, "overhead": f.overhead}
     worst = max(parts, key=parts.get)
@@ -222,7 +263,7 @@ def _bottleneck(t: StageTimings, f: _Figures) -> tuple[str, str]:
     share = f"{1000 * parts[worst]:.1f} ms of the {1000 * f.cost:.1f} ms each image costs a loader core"
     return bottleneck, (
         f"{bottleneck}-bound: {what} ({share}), so {t.workers} worker(s) on {t.cores} cores "
-        f"supply {f.supply:,.0f} images/s against the {f.demand:,.0f} the training step consumes "
+        f"supply {rate_text(f.supply)} images/s against the {rate_text(f.demand)} the training step consumes "
         f"(data-wait {100 * f.wait:.0f}%).")
 
 
@@ -243,7 +284,7 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
     if needed != t.workers:
         suggest(f"--workers {needed}", f"{cost * 1000:.1f} ms per image per core: {needed} worker(s) "
                 f"{'cover' if needed * 1 / cost >= demand else 'are the most this machine has for'} "
-                f"the step's {demand:,.0f} images/s", workers=needed)
+                f"the step's {rate_text(demand)} images/s", workers=needed)
     if not t.cached:
         size = f" (or disk; {_human(t.cache_bytes)})" if t.cache_bytes else ""
         suggest(f"--cache ram{size}", f"decode once: {1000 * t.decode_s:.1f} ms -> "
@@ -262,8 +303,9 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
                 cache="ram", augment_on="device", workers=min(usable, needed), with_costs=costs)
     if t.subdivisions > 1:
         suggest(f"--subdivisions 1 (mini-batch {t.batch})",
-                "whole iterations in one mini-batch: same update, fewer and larger steps "
-                "(GPU efficiency; needs the memory); the loader supply is unchanged")
+                "whole iterations in one mini-batch: fewer and larger steps (GPU efficiency; needs "
+                "the memory); batch norm then normalises over the whole batch, which changes what is "
+                "learned; the loader supply is unchanged")
     if t.img_size > 320:
         small = t.img_size - 96
         scale = (small / t.img_size) ** 2  # step and augmentation scale with pixels, decode does not
@@ -281,10 +323,18 @@ def _suggestions(t: StageTimings, f: _Figures) -> list[Suggestion]:
 def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor") -> str:
     """The report: stages, verdict, suggestions (the same content as the JSON)."""
     mb = t.mini_batch
-    lines = [f"# {title}", "", f"**Verdict:** {v.sentence}", "",
+    startup = ["", f"**Start-up:** {v.startup}"] if v.startup else []
+    if t.startup_s:
+        total = sum(t.startup_s.values())
+        parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in t.startup_s.items())
+        start_row = [f"| start-up before the first step (data-dependent) | {total:.1f} s in all | {parts}; "
+                     f"{100 * v.startup_share:.1f}% of the planned run |"]
+    else:
+        start_row = []
+    lines = [f"# {title}", "", f"**Verdict:** {v.sentence}", *startup, "",
              f"Predicted data-wait {100 * v.data_wait:.1f}% of step time; "
-             f"expected {v.expected_images_per_s:,.0f} images/s "
-             f"(loader {v.supply_images_per_s:,.0f}, step {v.demand_images_per_s:,.0f}).", "",
+             f"expected {rate_text(v.expected_images_per_s)} images/s "
+             f"(loader {rate_text(v.supply_images_per_s)}, step {rate_text(v.demand_images_per_s)}).", "",
              "## Stages (median of repeats, after warm-up)", "",
              "| stage | per image | note |", "|---|---|---|",
              f"| read + decode (original files) | {1000 * t.decode_s:.2f} ms | CPU |",
@@ -299,17 +349,18 @@ def render_markdown(t: StageTimings, v: Verdict, title: str = "turboyolo doctor"
              f"| training step | {1000 * t.step_s / mb:.2f} ms | {1000 * t.step_s:.1f} ms per mini-batch "
              f"of {mb} ({t.step_source}) |",
              f"| checkpoint save | {t.checkpoint_s:.2f} s blocking | {t.checkpoint_write_s:.2f} s to disk |",
+             *start_row,
              "", "Loader images/s by workers (measured, wall): "
-             + ", ".join(f"{w}: {r:,.0f}" for w, r in sorted(t.loader_images_per_s.items())),
+             + ", ".join(f"{w}: {rate_text(r)}" for w, r in sorted(t.loader_images_per_s.items())),
              "", "Loader images/s predicted (wall-clock, the loader alone): "
-             + "; ".join(f"{key} {rate:,.0f}" for key, rate in v.loader_predictions.items()),
+             + "; ".join(f"{key} {rate_text(rate)}" for key, rate in v.loader_predictions.items()),
              *(["", "## What `auto` would choose (turboyolo train's defaults)", "",
                 *[f"- {line}" for line in t.auto]] if t.auto else []),
              "", f"Predicted `--cache` gain on the loader: x{v.cache_factor:.2f} images/s at the same "
              "workers.", "", "## Settings to try", "",
              "| setting | expected images/s | data-wait | why |", "|---|---|---|---|"]
     for s in v.suggestions:
-        lines.append(f"| `{s.setting}` | {s.expected_images_per_s:,.0f} | {100 * s.data_wait:.0f}% "
+        lines.append(f"| `{s.setting}` | {rate_text(s.expected_images_per_s)} | {100 * s.data_wait:.0f}% "
                      f"| {s.why} |")
     if not v.suggestions:
         lines.append("| (none) | | | |")

@@ -9,9 +9,10 @@ substring of the path and PyTorch-YOLOv3 the *last* ``images`` substring of the 
 from __future__ import annotations
 
 import errno
+import functools
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -20,7 +21,32 @@ from turboyolo.errors import ConfigError, DataError
 from turboyolo.formats.text import read_text
 from turboyolo.formats.yamlfile import read_yaml, typed
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")  # what a folder is searched for
+# Pillow formats it only identifies (no decoder), or that are videos here: never taken for an image
+_NOT_DECODED = frozenset({"MPEG", "BUFR", "GRIB", "HDF5", "WMF"})
+
+
+def is_image_name(path: str | Path) -> bool:
+    """True when ``path``'s suffix is an image's: one of :data:`IMAGE_SUFFIXES` (what a folder is searched
+    for), or any other a decoder of the package reads (Pillow's: ``.gif``, ``.jfif``, ``.jpe``, ``.ppm``,
+    ``.tga``, ...), so a file named on the command line or matched by a glob is read as the image it is."""
+    suffix = Path(path).suffix.lower()
+    return suffix in IMAGE_SUFFIXES or suffix in _decoded_suffixes()
+
+
+@functools.cache
+def _decoded_suffixes() -> frozenset[str]:
+    from PIL import Image  # its plugins load here, once, and only when a name is not a common one
+
+    Image.init()
+    return frozenset(suffix for suffix, kind in Image.registered_extensions().items()
+                     if kind in Image.OPEN and kind not in _NOT_DECODED)
+
+
+def _binary(text: str) -> bool:
+    """True when ``text`` (a file read as text) holds bytes no text file has (NUL and other controls)."""
+    return any(ch in text for ch in "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12"
+                                     "\x13\x14\x15\x16\x17\x18\x19\x1a\x1c\x1d\x1e\x1f")
 
 
 @dataclass
@@ -225,7 +251,7 @@ def load_data_config(path: str | Path) -> DataConfig:
         return _parse_yaml(path)
     if suffix == ".data":
         return _parse_darknet_data(path)
-    if suffix in IMAGE_SUFFIXES:
+    if is_image_name(path):
         return DataConfig(path, path.parent, [path], [path], _names_near(path.parent))
     if suffix == ".txt":
         return DataConfig(path, path.parent, [path], [path], _names_near(path.parent))
@@ -398,7 +424,7 @@ def list_images(source: str | Path, notes: list[str] | None = None) -> list[Path
         problem = link_problem(source)
         raise DataError(f"{source}: {problem}; fix or remove the link" if problem
                         else f"{source}: image folder or list file not found; check the data file's paths")
-    if source.suffix.lower() in IMAGE_SUFFIXES:
+    if is_image_name(source):
         return [source]
     base = source.parent
     out = []
@@ -406,6 +432,10 @@ def list_images(source: str | Path, notes: list[str] | None = None) -> list[Path
         text = read_text(source, errors="surrogateescape")
     except OSError as err:
         raise DataError(f"{source}: cannot read the list file ({err.strerror or err}); check it") from None
+    if _binary(text):
+        kind = source.suffix or "a name without a suffix"
+        raise DataError(f"{source}: neither an image (no decoder reads {kind}) nor a list file of image "
+                        "paths (it is not text); pass images, folders, globs or .txt lists of image paths")
     for raw in text.splitlines():
         line = raw.strip()
         if line and not line.startswith("#"):
@@ -431,6 +461,22 @@ def label_path_for(image: str | Path) -> Path:
     if sibling.parent != beside.parent and sibling.parent.is_dir():
         return sibling
     return beside
+
+
+def label_paths_for(images: Iterable[str | Path]) -> list[str]:
+    """``str(label_path_for(image))`` of each image, the rule worked out once per folder: a large data set
+    in a few folders costs a string join per image, not a path parse and a folder check."""
+    folders: dict[str, str] = {}
+    out = []
+    for image in images:
+        head, name = os.path.split(os.fspath(image))
+        folder = folders.get(head)
+        if folder is None:
+            folder = folders[head] = str(label_path_for(Path(head) / "x.jpg").parent)
+        dot = name.rfind(".")  # pathlib's suffix: a dot inside the name, not first, not last
+        stem = name[:dot] if 0 < dot < len(name) - 1 else name
+        out.append(stem + ".txt" if folder == "." else os.path.join(folder, stem + ".txt"))
+    return out
 
 
 def darknet_label_path(image: str | Path) -> Path:

@@ -6,32 +6,38 @@ grey-smeared blocks, and OpenCV only prints "Corrupt JPEG data" to stderr. These
 structure from its bytes, cheaply (no pixel is decoded):
 
 - PNG: signature, IHDR first, every chunk's CRC through IEND, at least one IDAT;
-- JPEG: SOI, every marker segment's type and length up to EOI, a frame header before the first scan,
-  and inside each scan only byte-stuffed ``FF 00``, fill bytes and restart markers in sequence (random
-  bytes in a scan almost always contain an ``FF xx`` that is none of those).
+- JPEG: every marker segment checked as libjpeg checks it, and inside each scan only byte-stuffed
+  ``FF 00``, fill bytes and restart markers in sequence (:mod:`turboyolo.formats.jpeg`).
 
-Scan data overwritten by bytes that hold no ``FF`` (e.g. zeros) passes these walks; the decoder loses
-its place in such data, which :func:`turboyolo.data.decode.probe_image` catches by decoding it
-(libjpeg-turbo, its warnings as errors).
+Image data that is wrong without breaking the structure (a JPEG's scan overwritten by bytes that hold no
+``FF``, a PNG's compressed data damaged under valid CRCs) passes these walks; the first decode of the file
+finds it (:func:`turboyolo.data.decode.decode_image`: libjpeg-turbo with its warnings as errors, zlib).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
 
-import numpy as np
+from turboyolo.formats.jpeg import (
+    JPEG_SOI,
+    SOF,
+    SOF_PROGRESSIVE,
+    SOS,
+    STANDALONE,
+    JpegHeader,
+    JpegProblem,
+    jpeg_header,
+    jpeg_problem,
+    segments,
+)
+
+__all__ = ["JpegHeader", "JpegProblem", "jpeg_header", "jpeg_problem", "declared_size", "eighth_scale_jpeg",
+           "harmless_fixed", "png_problem", "sniff"]
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-JPEG_SOI = b"\xff\xd8"
-
-# Markers libjpeg accepts (jdmarker.c read_markers); anything else is fatal there, and corruption here.
-_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
-_SEGMENTS = _SOF | frozenset((0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD, 0xFE)) | frozenset(range(0xE0, 0xF0))
-_STANDALONE = frozenset(range(0xD0, 0xD8)) | {0x01}
-_SOS, _EOI = 0xDA, 0xD9
-_SOF_PROGRESSIVE = 0xC2
+_EOI = 0xD9
 _NO_RESTARTS = b"\xff\xdd\x00\x04\x00\x00"  # DRI: restart interval 0
+_segments = segments  # the tests' name for it
 
 
 def sniff(head: bytes) -> str | None:
@@ -57,16 +63,30 @@ def declared_size(data: bytes, kind: str | None) -> tuple[int, int] | None:
         if pos + 3 > size:
             return None
         marker = data[pos]
-        if marker in _STANDALONE:
+        if marker in STANDALONE:
             pos += 1
             continue
         length = int.from_bytes(data[pos + 1:pos + 3], "big")
-        if marker in _SOF and pos + 8 <= size:
+        if marker in SOF and pos + 8 <= size:
             return int.from_bytes(data[pos + 6:pos + 8], "big"), int.from_bytes(data[pos + 4:pos + 6], "big")
-        if marker == _SOS or length < 2:
+        if marker == SOS or length < 2:
             return None
         pos += 1 + length
     return None
+
+
+def png_exif(data: bytes) -> bytes | None:
+    """The payload of a PNG's last eXIf chunk (what Pillow holds once the image is loaded), or None; the
+    file must have passed :func:`png_problem`."""
+    pos, found = 8, None
+    while pos + 8 <= len(data):
+        length, kind = int.from_bytes(data[pos:pos + 4], "big"), data[pos + 4:pos + 8]
+        if kind == b"eXIf":
+            found = data[pos + 8:pos + 8 + length]
+        elif kind == b"IEND":
+            break
+        pos += 12 + length
+    return found
 
 
 def png_problem(data: bytes | memoryview) -> tuple[str | None, bool]:
@@ -106,99 +126,6 @@ def png_problem(data: bytes | memoryview) -> tuple[str | None, bool]:
     return None, late_exif
 
 
-def _ff_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every FF of a JPEG file: (positions, the byte after each, which are restart markers, which end a
-    scan), found once per file."""
-    array = np.frombuffer(data, np.uint8)
-    ff = np.flatnonzero(array[:-1] == 0xFF)
-    after = array[ff + 1]
-    restart = (after >= 0xD0) & (after <= 0xD7)
-    return ff, after, restart, (after != 0x00) & (after != 0xFF) & ~restart
-
-
-def jpeg_problem(data: bytes) -> str | None:
-    """What is wrong with this JPEG's structure, or None (see the module docstring for the rules).
-
-    Inside a scan ``FF 00`` is a stuffed FF, ``FF FF`` fill and ``FF D0``..``FF D7`` a restart marker;
-    any other ``FF xx`` ends the scan and must be a marker that may follow one.
-
-    Data after the end-of-image marker (camera trailers, a second picture in an MPO) is allowed.
-    """
-    size = len(data)
-    if data[:2] != JPEG_SOI:
-        return "not a JPEG file (no start-of-image marker)"
-    pos, frame = 2, False
-    ff = after = restart = ends_scan = None
-    while True:
-        if pos >= size:
-            return f"truncated JPEG: the file ends at byte {size} before the end-of-image marker"
-        if data[pos] != 0xFF:
-            return f"corrupt JPEG: stray bytes at byte {pos} where a marker should start"
-        while pos < size and data[pos] == 0xFF:  # fill bytes
-            pos += 1
-        if pos >= size:
-            return f"truncated JPEG: the file ends at byte {size} inside a marker"
-        marker, at = data[pos], pos - 1
-        pos += 1
-        if marker == _EOI:
-            return None if frame else "corrupt JPEG: end-of-image marker before any image data"
-        if marker in _STANDALONE:
-            continue
-        if marker not in _SEGMENTS:
-            return f"corrupt JPEG: invalid marker 0xFF{marker:02X} at byte {at}"
-        if pos + 2 > size:
-            return f"truncated JPEG: the file ends at byte {size} inside a marker"
-        length = int.from_bytes(data[pos:pos + 2], "big")
-        if length < 2 or pos + length > size:
-            what = "truncated" if length >= 2 else "corrupt"
-            return f"{what} JPEG: marker 0xFF{marker:02X} at byte {at} declares {length} bytes past the end"
-        pos += length
-        if marker in _SOF:
-            if frame:
-                return f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {at}"
-            frame = True
-        elif marker == _SOS:
-            if not frame:
-                return f"corrupt JPEG: scan at byte {at} before any frame header"
-            if ff is None:
-                ff, after, restart, ends_scan = _ff_bytes(data)
-            first = int(np.searchsorted(ff, pos))
-            stops = np.flatnonzero(ends_scan[first:])
-            if not len(stops):
-                return (f"truncated JPEG: the image data that starts at byte {pos} runs to the end of the "
-                        "file without an end-of-image marker")
-            stop = first + int(stops[0])
-            numbers = after[first:stop][restart[first:stop]].astype(np.int64) - 0xD0
-            wrong = np.flatnonzero(numbers != np.arange(len(numbers)) % 8)
-            if len(wrong):
-                where = int(ff[first:stop][restart[first:stop]][wrong[0]])
-                return (f"corrupt JPEG: restart marker out of sequence at byte {where} (garbage in the "
-                        "image data)")
-            pos = int(ff[stop])
-
-
-def _segments(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """(marker, start, end) of each segment of a JPEG that passed :func:`jpeg_problem`, from the one after
-    SOI to EOI; a scan's segment includes its entropy-coded data."""
-    pos, ends_scan, ff = 2, None, None
-    while True:
-        while data[pos] == 0xFF:  # fill bytes may come before a marker
-            pos += 1
-        start = pos - 1  # the marker's own FF
-        marker = data[pos]
-        pos += 1
-        if marker not in _STANDALONE and marker != _EOI:
-            pos += int.from_bytes(data[pos:pos + 2], "big")
-        if marker == _SOS:
-            if ff is None:
-                ff, _, _, ends_scan = _ff_bytes(data)
-            first = int(np.searchsorted(ff, pos))
-            pos = int(ff[first + int(np.flatnonzero(ends_scan[first:])[0])])
-        yield marker, start, pos
-        if marker == _EOI:
-            return
-
-
 def eighth_scale_jpeg(data: bytes) -> bytes | None:
     """A shorter JPEG whose decode at 1/8 scale equals this one's bit for bit, or None.
 
@@ -212,14 +139,19 @@ def eighth_scale_jpeg(data: bytes) -> bytes | None:
     subsampled components are decoded at a larger scale and their scans stay.
 
     None unless the file is progressive with Huffman coding (SOF2) and every AC coefficient of each
-    full-resolution component is refined to its last bit in it: there the two decodes are equal. The
-    file must have passed :func:`jpeg_problem`; what is left out is not checked for damage (it cannot
-    change the 1/8 decode; :func:`turboyolo.data.decode.probe_image` decodes it whole).
+    full-resolution component is refined to its last bit in it: there the two decodes are equal.
+
+    The file must have passed :func:`jpeg_header`, which checks the headers of every scan, the ones left
+    out here included (their tables, parameters and place in the progression), as libjpeg would. The
+    entropy-coded data left out is not read: damage there cannot change the 1/8 decode but makes the whole
+    file's decode fail, so only a file whose whole decode already passed may be read this way (the
+    loaders keep that record per run: :func:`turboyolo.data.decode.decode_image` ``verified``); any other
+    file is decoded whole, which refuses it if it is damaged.
     """
     parts, full, refined = [data[:2]], {}, {}
     for marker, start, end in _segments(data):
-        if marker in _SOF:
-            if marker != _SOF_PROGRESSIVE:
+        if marker in SOF:
+            if marker != SOF_PROGRESSIVE:
                 return None
             height = int.from_bytes(data[start + 5:start + 7], "big")
             width = int.from_bytes(data[start + 7:start + 9], "big")
@@ -230,7 +162,7 @@ def eighth_scale_jpeg(data: bytes) -> bytes | None:
             blocks = -(-width // 8) * -(-height // 8)
             full = {cid: blocks for cid, s in comps if (s >> 4, s & 15) == largest}
             refined = {cid: [-1] * 64 for cid in full}
-        elif marker == _SOS:
+        elif marker == SOS:
             count = data[start + 4]
             ss, se, approx = data[start + 5 + 2 * count:start + 8 + 2 * count]
             if ss > 0 and data[start + 5] in full:
@@ -263,3 +195,34 @@ def _zero_ac_scan(component: int, blocks: int) -> bytes:
     table = bytes([0x10]) + bytes([0, 0, 0, 15] + [0] * 12) + bytes(range(0, 0xF0, 0x10))
     return (b"\xff\xc4" + (2 + len(table)).to_bytes(2, "big") + table
             + b"\xff\xda\x00\x08\x01" + bytes([component, 0x00, 1, 63, 0]) + coded)
+
+
+_ICC = b"ICC_PROFILE\x00"
+
+
+def harmless_fixed(data: bytes, message: str) -> bytes | None:
+    """The file with the cause of a harmless libjpeg warning taken out, so a strict decode can read the
+    rest as it is; None when ``message`` names no such warning. The pixels are the same: a damaged ICC
+    profile (colour metadata libjpeg does not apply) is dropped; a JFIF version other than 1.x and an
+    unknown Adobe colour transform are set to what libjpeg assumes for them (version 1; YCbCr, or YCCK
+    for four components). The file must have passed :func:`jpeg_header`."""
+    spans = list(segments(data))
+    components = next((data[start + 9] for marker, start, _ in spans if marker in SOF), 3)
+    parts, changed = [data[:2]], False
+    for marker, start, end in spans:
+        body = data[start + 4:end]
+        if "bad ICC marker" in message and marker == 0xE2 and body.startswith(_ICC):
+            changed = True
+            continue
+        if "unknown JFIF revision" in message and marker == 0xE0 and body.startswith(b"JFIF\x00") \
+                and len(body) > 5:
+            parts.append(data[start:start + 9] + b"\x01" + data[start + 10:end])
+            changed = True
+        elif "Unknown Adobe color transform" in message and marker == 0xEE and body.startswith(b"Adobe") \
+                and len(body) >= 12:
+            assumed = b"\x02" if components == 4 else b"\x01"
+            parts.append(data[start:start + 15] + assumed + data[start + 16:end])
+            changed = True
+        else:
+            parts.append(data[start:end])
+    return b"".join(parts) if changed else None

@@ -15,10 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from turboyolo.errors import DataError
-from turboyolo.formats.datasets import link_problem
-from turboyolo.formats.text import read_text
-
 # Coordinates this far outside [0, 1] are clipped (and counted); further out the file is excluded.
 CLIP_TOLERANCE = 0.01
 # Overshoot this small comes from printing coordinates with 6 decimals; clipped without a report.
@@ -126,47 +122,15 @@ def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
         arr[:, 1:5] = np.stack([(corners[:, 0] + corners[:, 2]) / 2, (corners[:, 1] + corners[:, 3]) / 2,
                                 corners[:, 2] - corners[:, 0], corners[:, 3] - corners[:, 1]], axis=1)
     arr32 = arr.astype(np.float32)
-    _, first = np.unique(arr32, axis=0, return_index=True)
+    first: dict[tuple, int] = {}  # each distinct row -> where it first appears (np.unique's axis=0 is slow)
+    for index, row in enumerate(arr32.tolist()):
+        first.setdefault(tuple(row), index)
     if len(first) < len(arr32):
-        kept = set(first.tolist())
+        kept = set(first.values())
         dropped = [numbers[i] for i in range(len(arr32)) if i not in kept]
         fixes.append(f"{_lines(dropped)}: duplicate box removed")
-        arr32 = arr32[np.sort(first)]
+        arr32 = arr32[sorted(kept)]
     return LabelCheck(arr32, None, fixes)
-
-
-def read_yolo_labels(path: str | Path, num_classes: int | None = None, missing_ok: bool = True) -> np.ndarray:
-    """Read a YOLO label file.
-
-    Args:
-        path: the ``.txt`` file.
-        num_classes: when given, class ids must lie in ``[0, num_classes)``.
-        missing_ok: a missing file is a background image (zero rows) instead of an error.
-
-    Returns:
-        float32 [N, 5]: (cls, cx, cy, w, h), relative to the image size; slightly-out-of-range boxes
-        are clipped and exact duplicates removed (as in the scan).
-
-    Raises:
-        DataError: naming the file and line when a line is malformed, or the file when it cannot be
-            read (a link that loops or points at nothing included).
-    """
-    path = Path(path)
-    try:
-        text = read_text(path, errors="replace")
-    except OSError as err:
-        problem = link_problem(path)  # a broken link is not a missing file (a background image)
-        if problem:
-            raise DataError(f"{path}: {problem}; fix or remove the link") from None
-        if not isinstance(err, FileNotFoundError):
-            raise DataError(f"{path}: label file unreadable ({err.strerror or err}); check it") from None
-        if missing_ok:
-            return _empty()
-        raise DataError(f"{path}: label file not found; create it (empty = background image)") from None
-    check = parse_yolo_labels(text, num_classes)
-    if check.error:
-        raise DataError(f"{path}: {check.error}; fix the file or delete it to treat the image as background")
-    return check.rows
 
 
 def format_yolo_rows(rows: np.ndarray | Sequence[Sequence[float]], with_conf: bool = False) -> str:

@@ -1,22 +1,25 @@
 """What runs the network for detection: PyTorch or onnxruntime, on an inference copy of the model.
 
-Both start from :meth:`Darknet.inference_copy` (batch norm folded into the convolutions; the model
-itself is untouched) and both return what ``Darknet.forward`` returns, the raw heads as torch tensors, so
+Each starts from :meth:`Darknet.inference_copy` (batch norm folded into the convolutions; the model
+itself is untouched) and returns what ``Darknet.forward`` returns, the raw heads as torch tensors, so
 decoding and NMS (:mod:`turboyolo.model.postprocess`) are the same code whichever ran the network.
 
 ``--backend``:
 
-- ``torch``: the folded copy under ``torch.inference_mode``; on the CPU in float32, channels_last with
-  each layer on the fastest of its kernels on this machine (:mod:`turboyolo.model.cpu_kernels`: oneDNN
-  with packed weights and the activation fused, or NNPACK's Winograd convolution);
+- ``torch``: the folded copy under ``torch.inference_mode``, PyTorch's public modules only; on the CPU in
+  channels_last. The same input gives the same digits every run;
+- ``tuned`` (CPU, float32): the same copy with each convolution on the fastest of its kernels on this
+  machine (:mod:`turboyolo.model.cpu_kernels`: oneDNN with packed weights and the activation fused, or
+  NNPACK's Winograd convolution), through PyTorch internals: used only on the PyTorch releases the suite
+  has run, each chosen kernel checked against PyTorch's convolution; the choice follows timings, so two
+  runs may differ in the last digits;
 - ``onnxruntime``: the folded copy exported by :func:`turboyolo.infer.export.export_onnx` (raw heads, any
   batch size), run by onnxruntime on the CPU with torch's thread count. The export is kept in
   ``<cache>/onnx/`` under a hash of the network and its weights, so it is paid once per model;
-- ``auto`` (default): ``torch``. On one 2-core AMD EPYC (docs/PERFORMANCE.md), letterbox to boxes,
-  one thread, it took 0.86-0.91x (YOLOv3-tiny) and 0.81-0.84x (YOLOv3) the time of the onnxruntime
-  backend over two runs (0.93-0.98x and 0.81-0.85x of onnxruntime's ``run`` alone); on two threads
-  0.75-0.80x for YOLOv3-tiny but 1.02-1.06x for YOLOv3 (the onnxruntime backend's worker threads
-  compete with PyTorch's around its ``run``). It needs no export on first use.
+- ``auto`` (default): ``torch``. It does not pick the faster of the others by timing them: a choice that
+  follows timings would let two runs of one command write different digits, and the others are not
+  PyTorch's public API (``tuned``) or need an export written on first use (``onnxruntime``).
+  docs/PERFORMANCE.md compares their speed.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from turboyolo.formats.darknet_cfg import format_cfg
 from turboyolo.infer.export import ExportOptions, export_onnx
 from turboyolo.model.darknet import Darknet
 
-BACKENDS = ("auto", "torch", "onnxruntime")
+BACKENDS = ("auto", "torch", "tuned", "onnxruntime")
+CPU_ONLY = ("tuned", "onnxruntime")  # float32 on the CPU only
 
 
 def onnxruntime_missing() -> str | None:
@@ -49,18 +53,21 @@ def onnxruntime_missing() -> str | None:
 
 
 def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``--backend`` -> ``torch`` or ``onnxruntime`` for this device and precision (``auto``: ``torch``).
+    """``--backend`` -> ``torch``, ``tuned`` or ``onnxruntime`` for this device and precision (``auto``:
+    ``torch``).
 
     Raises:
-        FlagError: an unknown name, or ``onnxruntime`` asked for where it cannot run.
+        FlagError: an unknown name, or ``tuned`` or ``onnxruntime`` asked for where it cannot run.
     """
     if name not in BACKENDS:
         raise FlagError(f"--backend {name!r}: use one of {', '.join(BACKENDS)}")
     if name in ("auto", "torch"):
         return "torch"
     if device.type != "cpu" or dtype != torch.float32:
-        raise FlagError(f"--backend onnxruntime runs float32 on the CPU; this run asks for {dtype} on "
+        raise FlagError(f"--backend {name} runs float32 on the CPU; this run asks for {dtype} on "
                         f"{device}: use --backend torch (or auto), or drop --half / use --device cpu")
+    if name == "tuned":
+        return name
     missing = onnxruntime_missing()
     if missing:
         raise FlagError(f"--backend onnxruntime: {missing}, or use --backend torch")
@@ -68,13 +75,14 @@ def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
 
 
 class TorchRunner:
-    """The folded copy of the model under ``inference_mode``; on the CPU in float32, channels_last with each
-    layer's fastest kernel on this machine (:mod:`turboyolo.model.cpu_kernels`)."""
+    """The folded copy of the model under ``inference_mode``, on the CPU in channels_last; ``tuned``: each
+    layer on its fastest kernel on this machine (:mod:`turboyolo.model.cpu_kernels`; ``say`` gets its
+    notes)."""
 
-    name = "torch"
-
-    def __init__(self, model: Darknet, device: torch.device, dtype: torch.dtype):
-        self.model = model.inference_copy_for(device, dtype)
+    def __init__(self, model: Darknet, device: torch.device, dtype: torch.dtype, tuned: bool = False,
+                 say=print):
+        self.name = "tuned" if tuned else "torch"
+        self.model = model.inference_copy_for(device, dtype, tuned=tuned, say=say)
         self.device, self.dtype = device, dtype
 
     @torch.inference_mode()
@@ -144,6 +152,7 @@ def _version(package: str) -> str:
 def make_runner(name: str, model: Darknet, device: torch.device, dtype: torch.dtype,
                 img_size: tuple[int, int], say=print) -> TorchRunner | OnnxRunner:
     """The runner ``--backend name`` gives on this device (see :func:`choose_backend`)."""
-    if choose_backend(name, device, dtype) == "onnxruntime":
+    chosen = choose_backend(name, device, dtype)
+    if chosen == "onnxruntime":
         return OnnxRunner(model, img_size, say)
-    return TorchRunner(model, device, dtype)
+    return TorchRunner(model, device, dtype, tuned=chosen == "tuned", say=say)

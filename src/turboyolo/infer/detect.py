@@ -23,7 +23,7 @@ from tqdm import tqdm
 from turboyolo.data.decode import decode_image
 from turboyolo.errors import ConfigError, DataError, FlagError, TurboYoloError
 from turboyolo.formats.coco import coco_names
-from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files, list_images, read_names
+from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files, is_image_name, list_images, read_names
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor, class_indices
 from turboyolo.infer.tiling import TileOptions
 from turboyolo.infer.video import VideoSink, is_stream, open_video, read_frames, split_video_sources
@@ -132,7 +132,7 @@ def gather_images(sources: list[str], notes: list[str] | None = None) -> list[Pa
     for source in sources:
         if any(ch in source for ch in "*?["):
             matches = glob_files(source, notes)
-            images += [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES]
+            images += [p for p in matches if is_image_name(p)]
             if not matches:
                 raise DataError(f"{source}: the glob matches no file")
         else:

@@ -38,7 +38,16 @@ from turboyolo.errors import ConfigError, FlagError
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model, resolve_model
 from turboyolo.model.postprocess import decode
-from turboyolo.options import CONF_THRES, NMS_THRES, RunDirArgs, img_size_pair, option
+from turboyolo.options import (
+    CONF_THRES,
+    NMS_THRES,
+    RunDirArgs,
+    img_size_option,
+    img_size_pair,
+    option,
+    output_file_option,
+    overwrite_option,
+)
 from turboyolo.rundir import check_outputs, removed_if_empty
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -49,8 +58,7 @@ class ExportOptions:
     """What the graph computes: its input size (``img_size`` (width, height), ``None``: the cfg's), its
     outputs and, with ``nms`` (which implies decoded outputs), the thresholds built into it."""
 
-    img_size: tuple[int, int] | None = option(None, "input S or W H (default: the cfg's)", type=int,
-                                              nargs="+")
+    img_size: tuple[int, int] | None = img_size_option("the cfg's", rectangle=True)
     decoded: bool = option(False, "output decoded boxes [B, N, 5 + C]", action="store_true")
     nms: bool = option(False, "include NMS: output detections [K, 7] (implies --decoded)",
                        action="store_true")
@@ -273,10 +281,8 @@ class ExportOutputArgs:
     """The file written and its check."""
 
     format: str = option("onnx", "export format", choices=("onnx",))
-    output: str | None = option(None, "file to write (default: <run dir>/<weights stem>.onnx)", "-o",
-                                "--output")
-    overwrite: bool = option(False, "replace the -o file if it exists (never one of the inputs)",
-                             action="store_true")
+    output: str | None = output_file_option("<run dir>/<weights stem>.onnx")
+    overwrite: bool = overwrite_option()
     check: bool = option(True, "run the file with onnxruntime on random images and report the largest "
                          "difference from PyTorch (--no-check: skip)", action=argparse.BooleanOptionalAction)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from turboyolo.data.autolabels import record_model_labels
+from turboyolo.data.autolabels import labels_lock, record_model_labels
 from turboyolo.data.decode import load_image, save_image
 from turboyolo.draw import draw_boxes
 from turboyolo.errors import OutputError, printable, writable_folder
@@ -170,10 +170,14 @@ def auto_label(predictor: Predictor, images: list[Path], args: PredictArgs, labe
                 arrays.append(load_image(image))
                 batch.append((image, path))
             except Exception as err:  # noqa: BLE001 - one bad file must not stop the run
-                rows.append(ReviewRow(image, path, f"unreadable: {err}"))
+                rows.append(ReviewRow(image, path, f"unreadable: {str(err).removeprefix(f'{image}: ')}"))
         for (image, path), array, prediction in zip(batch, arrays, predictor.run(arrays, args, classes)):
-            write_yolo_labels(path, boxes_to_yolo_rows(prediction.boxes, prediction.classes,
-                                                       prediction.width, prediction.height))
+            with labels_lock(path.parent):  # a `turboyolo review` save of this folder waits, and is not lost
+                if path.exists() and not label.overwrite:  # saved by a person since the check above
+                    rows.append(ReviewRow(image, path, "kept"))
+                    continue
+                write_yolo_labels(path, boxes_to_yolo_rows(prediction.boxes, prediction.classes,
+                                                           prediction.width, prediction.height))
             written.append(path)
             rows.append(ReviewRow(image, path, "written", np.asarray(prediction.scores, np.float32)))
             drawings[image] = _thumbnail(array, prediction, label.thumb)

@@ -32,7 +32,10 @@ from turboyolo.options import (
     MAX_DET,
     NMS_THRES,
     device_option,
+    img_size_option,
     img_size_pair,
+    max_candidates_option,
+    max_det_option,
     option,
     require,
 )
@@ -44,19 +47,19 @@ class PredictArgs:
 
     conf_thres: float = option(CONF_THRES, "objectness and class-score threshold", type=float)
     nms_thres: float = option(NMS_THRES, "IoU of per-class NMS", type=float)
-    img_size: tuple[int, int] | None = option(None, "network input: S or W H (default: the cfg's)", type=int,
-                                              nargs="+")
+    img_size: tuple[int, int] | None = img_size_option("the cfg's", rectangle=True)
     class_filter: list[str] | None = option(None, "keep only these classes (names or indices)", nargs="+")
     single_label: bool = option(False, "one class per box (the best), not Darknet's multi-label",
                                 action="store_true")
-    max_det: int | None = option(MAX_DET, "detections kept per image, the best-scoring", type=int)
-    max_candidates: int | None = option(MAX_CANDIDATES, "boxes x classes per image that NMS examines, the "
-                                        "best-scoring first", type=int)
+    max_det: int | None = max_det_option()
+    max_candidates: int | None = max_candidates_option()
     device: str = device_option()
     half: bool = option(False, "fp16 on CUDA (bf16 on CPU)", action="store_true")
     batch_size: int = option(8, "images per forward pass", "-b", "--batch-size", type=int)
-    backend: str = option("auto", "what runs the network: torch (on the CPU each layer on its fastest "
-                          "kernel there), onnxruntime (CPU, float32) or auto (torch)", choices=BACKENDS)
+    backend: str = option("auto", "what runs the network: torch (PyTorch's public modules: the same digits "
+                          "every run), tuned (CPU, float32: each layer on its fastest kernel there, through "
+                          "PyTorch internals; docs/DETECT.md), onnxruntime (CPU, float32) or auto (torch)",
+                          choices=BACKENDS)
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)
@@ -201,8 +204,8 @@ class Predictor:
         model: the network (weights loaded); moved to ``device`` and put in eval mode.
         img_size: network input (width, height); defaults to the cfg's.
         half: fp16 on CUDA (bf16 on CPU).
-        backend: what runs the network (:mod:`turboyolo.infer.backends`): ``auto``, ``torch`` or
-            ``onnxruntime``; either runs an inference copy with batch norm folded, ``model`` stays as it is.
+        backend: what runs the network (:mod:`turboyolo.infer.backends`): ``auto``, ``torch``, ``tuned`` or
+            ``onnxruntime``; each runs an inference copy with batch norm folded, ``model`` stays as it is.
     """
 
     def __init__(
@@ -242,10 +245,6 @@ class Predictor:
                         img_size=img_size_pair(img_size), half=half, backend=backend, say=say)
         predictor.weights_path = Path(str(path))
         return predictor
-
-    @classmethod
-    def from_files(cls, cfg: str | Path, weights: str | Path | None, **kwargs) -> Predictor:
-        return cls(build_model(cfg, weights), **kwargs)
 
     @torch.inference_mode()
     def predict_arrays(

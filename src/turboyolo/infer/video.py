@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from turboyolo.errors import DataError
-from turboyolo.formats.datasets import IMAGE_SUFFIXES, glob_files
+from turboyolo.formats.datasets import glob_files, is_image_name
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".ts")
 
@@ -41,7 +41,7 @@ def split_video_sources(sources: list[str]) -> tuple[list[str], list[str]]:
         elif any(ch in source for ch in "*?["):
             matches = [str(m) for m in glob_files(source)]  # ** follows each real folder once
             videos += [m for m in matches if is_video_file(m)]
-            if any(Path(m).suffix.lower() in IMAGE_SUFFIXES for m in matches) or not matches:
+            if any(is_image_name(m) for m in matches) or not matches:
                 images.append(source)
         elif is_video_file(source):
             videos.append(source)

@@ -1,9 +1,17 @@
-"""The CPU's fastest way through each layer of the inference copy, measured on this machine.
+"""``--backend tuned``: the CPU's fastest way through each layer of the inference copy, measured on this
+machine. An explicit choice (``detect``/``label --backend tuned``, ``test --kernels tuned``,
+``turboyolo.load(..., backend="tuned")``), never the default: it calls PyTorch internals that carry no
+compatibility promise (``torch.ops.mkldnn._*``, ``torch._nnpack_*``) and NNPACK's C function through
+ctypes, and its choice follows timings. Only :meth:`Darknet.inference_copy_for
+<turboyolo.model.darknet.Darknet.inference_copy_for>` imports it (an import-linter contract).
 
-:func:`tune_for_cpu` turns the folded, channels_last float32 copy that detection (``--backend torch``,
-the default) and ``turboyolo test`` run on the CPU (:meth:`Darknet.inference_copy_for
-<turboyolo.model.darknet.Darknet.inference_copy_for>`) into one whose convolutions each take the fastest
-of these ways, timed on the layer's own input the first time it runs:
+Two guards: the internals are used only on the PyTorch releases the test suite has run
+(:data:`TESTED_TORCH`; on any other, the copy stays on PyTorch's public convolution and one line says so),
+and each chosen way is checked against PyTorch's convolution on the input it was timed on (a way whose
+output differs beyond rounding, :data:`AGREEMENT`, is dropped for that layer, with one line).
+
+:func:`tune_for_cpu` turns the folded, channels_last float32 copy into one whose convolutions each take the
+fastest of these ways, timed on the layer's own input the first time it runs:
 
 - ``onednn``: oneDNN with the weight reordered once into its blocked layout and the activation (leaky,
   ReLU or none) applied inside the convolution (``torch.ops.mkldnn._convolution_pointwise``, what
@@ -13,10 +21,8 @@ of these ways, timed on the layer's own input the first time it runs:
   image at a time in NCHW: about a fifth of a direct convolution's multiplications. It is called
   through NNPACK's own inference function (:class:`_NnpackInference`: the kernel transformed once per
   layer, on the calling thread), or through ``torch._nnpack_spatial_convolution`` where this PyTorch
-  does not export that function. On a 2-core AMD EPYC (Zen 2, AVX2), one thread, it ran YOLOv3's
-  104 x 104, 52 x 52 and 26 x 26 layers 1.6-2.1x faster than oneDNN (13 x 13: 1.2x, with its kernel
-  precomputed) and lost on the first two (``bench/cpu_kernels.py``). Its outputs
-  differ from a direct convolution's by rounding (about 1e-5 of the largest output), the same on any
+  does not export that function. Where it wins, on one thread, is in docs/PERFORMANCE.md
+  (``bench/cpu_kernels.py``). Its outputs differ from a direct convolution's by rounding, the same on any
   thread count;
 - ``direct``: PyTorch's ``conv2d``, then the block's activation (what the untuned copy does; the way
   for activations oneDNN cannot fuse exactly, such as mish or logistic).
@@ -24,19 +30,21 @@ of these ways, timed on the layer's own input the first time it runs:
 Each way runs three times, the rounds alternating (wall clock, at torch's thread count), on the first
 image of the first batch; the fastest stays for the rest of the process, layers of the same shape share
 the choice, and the weight copies the other ways needed are dropped. The choice is made once, during
-the first forward pass (0.6-0.9 s for YOLOv3-tiny, 3.2-3.6 s for YOLOv3 at 416 on that CPU, loading
-included), and depends on the timing, so two processes may pick differently and differ by that
-rounding. Size-2 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become the
-element-wise maximum of the four strided views: the same numbers as ``max_pool2d``, in half its time
-in channels_last.
+the first forward pass (docs/PERFORMANCE.md says how long), and depends on the timing, so two processes
+may pick differently and differ by that rounding (the default, PyTorch's public convolution, gives the
+same digits every run). Size-2 stride-2 max-pools whose padding is never read (YOLOv3-tiny's five) become
+the element-wise maximum of the four strided views: the same numbers as ``max_pool2d``, without its
+indices.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +55,24 @@ from torch import nn
 from turboyolo.model.layers import ConvBlock, DarknetMaxPool
 
 WAYS = ("onednn", "winograd", "direct")  # what TunedConv may choose from (tests narrow it)
+# PyTorch releases (major.minor) the test suite has run the internals this module calls on; on any other
+# the tuned backend keeps PyTorch's public convolution (an internal's signature may differ there, and a
+# wrong C signature is a crash, not an error)
+TESTED_TORCH = ("2.14",)
+# a way's output may differ from PyTorch's convolution by this share of the layer's largest output
+# (rounding: Winograd's is far below it); more, and the layer falls back to PyTorch's convolution
+AGREEMENT = 1e-3
+
+
+def torch_release(version: str | None = None) -> str:
+    """``major.minor`` of this PyTorch (``2.14.1+cu130`` -> ``2.14``)."""
+    parts = (version or torch.__version__).split("+")[0].split(".")
+    return ".".join(parts[:2])
+
+
+def tested_torch() -> bool:
+    """Whether this PyTorch's release is one the suite has run the tuned kernels on."""
+    return torch_release() in TESTED_TORCH
 
 
 def nnpack_usable() -> bool:
@@ -182,9 +208,10 @@ class Tuning:
     budget: int = PRECOMPUTED_BYTES
     choices: dict = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    say: Callable[[str], object] = print  # where a way that fails its check is named
 
     def __deepcopy__(self, memo: dict) -> Tuning:
-        return Tuning(self.budget, dict(self.choices))
+        return Tuning(self.budget, dict(self.choices), say=self.say)
 
     def __getstate__(self) -> dict:
         return {"budget": self.budget, "choices": self.choices}
@@ -346,7 +373,25 @@ class TunedConv(nn.Module):
                     continue
                 best[way] = min(best[way], time.perf_counter() - begin)
         self.timings = {way: seconds for way, seconds in best.items() if seconds is not None}
-        return min(self.timings, key=self.timings.get) if self.timings else "direct"
+        way = min(self.timings, key=self.timings.get) if self.timings else "direct"
+        return way if way == "direct" else self._checked(way, sample)
+
+    def _checked(self, way: str, sample: torch.Tensor) -> str:
+        """``way`` when its output on ``sample`` is PyTorch's convolution's to rounding (:data:`AGREEMENT`
+        of the largest output; NaN where it has NaN); else ``direct``, named in one line."""
+        got, expected = getattr(self, f"_{way}")(sample), self._direct(sample)
+        scale = float(expected.nan_to_num().abs().max().clamp(min=1e-6))
+        same_nan = got.shape == expected.shape and torch.equal(got.isnan(), expected.isnan())
+        worst = math.inf
+        if same_nan:
+            worst = float((got.nan_to_num() - expected.nan_to_num()).abs().max()) / scale
+        if worst <= AGREEMENT:
+            return way
+        shape = f"{self.in_channels}->{self.out_channels} {'x'.join(map(str, self.kernel_size))}"
+        self.tuning.say(f"--backend tuned: the {way} kernel of a {shape} convolution on "
+                        f"{'x'.join(map(str, sample.shape[2:]))} differs from PyTorch's convolution by "
+                        f"{worst:.2g} of its largest output (more than rounding): that layer uses PyTorch's")
+        return "direct"
 
     def _keep(self, way: str) -> None:
         """Run ``way`` from now on, holding only the weights it reads: the channels_last weight (and
@@ -382,14 +427,21 @@ class StridedMaxPool(nn.Module):
         return torch.maximum(top, torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2]))
 
 
-def tune_for_cpu(model: nn.Module, allowed: tuple[str, ...] | None = None) -> nn.Module:
+def tune_for_cpu(model: nn.Module, allowed: tuple[str, ...] | None = None,
+                 say: Callable[[str], object] = print) -> nn.Module:
     """Replace, in place, the folded float32 copy's convolution blocks by :class:`TunedConv` and its
     size-2 stride-2 max-pools by :class:`StridedMaxPool`; returns ``model``. ``allowed``: the ways the
     layers may choose from (default :data:`WAYS`; a layer none of them can run uses ``direct``). Blocks
-    in Darknet's own arithmetic (``--arithmetic darknet``) or with their batch norm unfolded stay."""
-    tuning = Tuning()
+    whose convolution is not PyTorch's own (Darknet's arithmetic, :mod:`turboyolo.exact.modules`) or
+    with their batch norm unfolded stay. On a PyTorch release the suite has not run
+    (:data:`TESTED_TORCH`), ``model`` is returned as it is, and ``say`` gets one line."""
+    if not tested_torch():
+        say(f"note: --backend tuned: its kernels call PyTorch internals checked on PyTorch "
+            f"{', '.join(TESTED_TORCH)} only; this is {torch_release()}: PyTorch's public convolution runs")
+        return model
+    tuning = Tuning(say=say)
     for index, module in enumerate(model.layers):
-        if isinstance(module, ConvBlock) and module.bn is None and not module.darknet_arithmetic:
+        if isinstance(module, ConvBlock) and module.bn is None and type(module.conv) is nn.Conv2d:
             model.layers[index] = TunedConv(module, allowed, tuning)
         elif isinstance(module, DarknetMaxPool) and module.size == 2 and module.stride == 2:
             model.layers[index] = StridedMaxPool(module)

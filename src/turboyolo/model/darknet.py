@@ -8,6 +8,7 @@ Strides and anchors are fixed at construction (``Darknet.heads``), never set dur
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,6 @@ from turboyolo.formats.darknet_cfg import (
     YoloSpec,
     resolve_index,
 )
-from turboyolo.model.cpu_kernels import tune_for_cpu
 from turboyolo.model.layers import (
     ConvBlock,
     DarknetMaxPool,
@@ -174,14 +174,19 @@ class Darknet(nn.Module):
         return folded.requires_grad_(False)
 
     def inference_copy_for(self, device: torch.device, dtype: torch.dtype = torch.float32,
-                           autocast: torch.dtype | None = None) -> Darknet:
+                           autocast: torch.dtype | None = None, tuned: bool = False,
+                           say: Callable[[str], object] = print) -> Darknet:
         """The inference copy as detection and ``turboyolo test`` run it on ``device`` in ``dtype`` (and
-        under ``autocast``, if any): on the CPU in channels_last, and there in plain float32 each
-        layer on the fastest of its kernels on this machine (:mod:`turboyolo.model.cpu_kernels`)."""
+        under ``autocast``, if any): PyTorch's public modules, on the CPU in channels_last. ``tuned``
+        (``--backend tuned``; CPU, plain float32 only): each layer on the fastest of its kernels on this
+        machine (:mod:`turboyolo.model.cpu_kernels`, imported only here and only then; ``say`` gets its
+        notes)."""
         cpu = device.type == "cpu"
         folded = self.inference_copy(channels_last=cpu).to(device, dtype)
-        if cpu and dtype == torch.float32 and autocast is None:
-            tune_for_cpu(folded)
+        if tuned and cpu and dtype == torch.float32 and autocast is None:
+            from turboyolo.model.cpu_kernels import tune_for_cpu
+
+            tune_for_cpu(folded, say=say)
         return folded
 
     # ------------------------------------------------------------------ Darknet .weights as flat arrays

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from turboyolo.formats.darknet_cfg import ConvSpec, MaxPoolSpec
-from turboyolo.model import darknet_arithmetic
 
 # Darknet normalises with (x - mean) / (sqrt(var) + 1e-6), not sqrt(var + eps): eval mode follows it.
 DARKNET_BN_EPS = 1e-6
@@ -18,112 +17,23 @@ DARKNET_BN_EPS = 1e-6
 DARKNET_BN_MOMENTUM = 0.01
 
 
-# Darknet's batch-norm backward (batchnorm_layer.c) divides by sqrt(var + 1e-5), not by the forward's
-# sqrt(var) + 1e-6.
-DARKNET_BN_BACKWARD_EPS = 1e-5
-
-
 class DarknetBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm whose inference matches Darknet's formula.
+    """BatchNorm whose inference matches Darknet's formula, ``(x - mean) / (sqrt(var) + 1e-6)``.
 
-    Training uses the mini-batch's statistics: PyTorch's formula by default, or with ``darknet_training``
-    set, Darknet's (:class:`DarknetBatchNormFunction`), which normalises with the unbiased variance as
-    ``(x - mean) / (sqrt(var) + 1e-6)`` and back-propagates with its own hand-written deltas. Either way
-    the running statistics move by ``momentum`` (Darknet: 0.01) towards the batch mean and unbiased
-    variance.
+    Training is PyTorch's batch norm over each mini-batch's statistics; the running statistics move by
+    ``momentum`` (Darknet: 0.01) towards the batch's. Darknet's own training formula is a swapped module
+    (``--bn-train darknet``: :class:`turboyolo.exact.modules.DarknetTrainingBatchNorm2d`).
     """
 
     def __init__(self, num_features: int):
         super().__init__(num_features, eps=1e-5, momentum=DARKNET_BN_MOMENTUM)
-        self.darknet_training = False
-        self.darknet_arithmetic = False  # --arithmetic darknet (model/darknet_arithmetic.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and self.darknet_training:
-            exact = self.darknet_arithmetic and x.device.type == "cpu" and x.dtype == torch.float32
-            out, mean, var = DarknetBatchNormFunction.apply(x, self.weight, self.bias, exact)
-            with torch.no_grad():
-                momentum = self.momentum if self.momentum is not None else DARKNET_BN_MOMENTUM
-                self.running_mean.mul_(1.0 - momentum).add_(mean.to(self.running_mean.dtype), alpha=momentum)
-                self.running_var.mul_(1.0 - momentum).add_(var.to(self.running_var.dtype), alpha=momentum)
-                self.num_batches_tracked.add_(1)
-            return out
         if self.training:
             return super().forward(x)
         scale = self.weight / (self.running_var.sqrt() + DARKNET_BN_EPS)
         shift = self.bias - self.running_mean * scale
         return x * scale.to(x.dtype).view(1, -1, 1, 1) + shift.to(x.dtype).view(1, -1, 1, 1)
-
-
-class DarknetBatchNormFunction(torch.autograd.Function):
-    """Darknet's batch norm in training (``forward_batchnorm_layer`` / ``backward_batchnorm_layer``, CPU).
-
-    Forward: ``y = weight * (x - mean) / (sqrt(var) + 1e-6) + bias`` with the mini-batch's per-channel
-    mean and *unbiased* variance (``variance_cpu`` divides by ``n - 1``); returns ``(y, mean, var)``
-    (``mean`` and ``var`` ``[C]``, without gradient, for the running statistics).
-
-    Backward: Darknet's deltas, which are not the exact derivative of its forward: they are the textbook
-    batch-norm gradient evaluated with ``sqrt(var + 1e-5)`` (``mean_delta_cpu``, ``variance_delta_cpu``,
-    ``normalize_delta_cpu``); the weight's gradient uses the forward's normalised ``x``.
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, exact: bool = False):
-        ctx.input_dtype = x.dtype
-        x = x.to(weight.dtype)  # statistics in the parameters' precision (float32) under autocast too
-        mean, centred, var, normalised = batch_statistics(x, exact)
-        ctx.save_for_backward(centred, normalised, var, weight)
-        ctx.mark_non_differentiable(mean, var)
-        out = normalised * weight.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)
-        return out.to(ctx.input_dtype), mean, var
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor, _mean_grad, _var_grad):
-        centred, normalised, var, weight = ctx.saved_tensors
-        grad = grad.to(weight.dtype)
-        dims = (0, 2, 3)
-        count = grad.numel() // grad.shape[1]
-        grad_bias = grad.sum(dims)
-        grad_weight = (grad * normalised).sum(dims)
-        delta = grad * weight.view(1, -1, 1, 1)
-        std = (var + DARKNET_BN_BACKWARD_EPS).sqrt()
-        mean_delta = -delta.sum(dims) / std
-        var_delta = -0.5 * (delta * centred).sum(dims) / std.pow(3)
-        grad_x = (delta / std.view(1, -1, 1, 1) + (2.0 / count) * var_delta.view(1, -1, 1, 1) * centred
-                  + (mean_delta / count).view(1, -1, 1, 1))
-        return grad_x.to(ctx.input_dtype), grad_weight, grad_bias, None
-
-
-def batch_statistics(x: torch.Tensor, exact: bool) -> tuple[torch.Tensor, ...]:
-    """Darknet's training-time batch norm before its scale and bias (``mean_cpu``, ``variance_cpu``,
-    ``normalize_cpu``): ``(mean, x - mean, var, normalised)``, the mean and the *unbiased* variance ``[C]``.
-    ``exact`` (``--arithmetic darknet``): the variance's double additions and the normalisation in
-    double, as the C code; else PyTorch's float32 arithmetic in the same formula."""
-    count = x.numel() // x.shape[1]
-    mean = channel_sums(x) * (1.0 / count)  # mean_cpu: the sum times the float 1/n
-    centred = x - mean.view(1, -1, 1, 1)
-    if exact:
-        var = darknet_arithmetic.variance(centred)
-        return mean, centred, var, darknet_arithmetic.normalise(centred, var)
-    var = channel_sums(centred.square()) * (1.0 / max(count - 1, 1))
-    return mean, centred, var, centred / (var.sqrt() + DARKNET_BN_EPS).view(1, -1, 1, 1)
-
-
-def channel_sums(values: torch.Tensor) -> torch.Tensor:
-    """Per channel, the sum of ``values`` ``[N, C, H, W]`` -> ``[C]``, as Darknet's ``mean_cpu`` and
-    ``variance_cpu`` add: one float32 at a time, image after image, row after row.
-
-    The order matters: on a 128 x 128 map a float32 sum in another order (PyTorch's) is some 1e-5 of a
-    standard deviation away from Darknet's, enough to put a pre-activation that Darknet has just above
-    the leaky ReLU's kink just below it (docs/DARKNET_TRAINING.md). On the CPU, float32 tensors are
-    summed in Darknet's order (numpy's ``cumsum`` is sequential; torch's is not); elsewhere the
-    device's own reduction is used (Darknet's GPU build does not add in this order either).
-    """
-    channels = values.shape[1]
-    if values.device.type != "cpu" or values.dtype != torch.float32:
-        return values.sum((0, 2, 3))
-    flat = values.detach().transpose(0, 1).reshape(channels, -1).numpy()
-    return torch.from_numpy(darknet_arithmetic.sequential_sums(flat))
 
 
 def activation(name: str) -> nn.Module:
@@ -141,7 +51,8 @@ def activation(name: str) -> nn.Module:
 
 
 class ConvBlock(nn.Module):
-    """Convolution, optional Darknet batch norm, activation."""
+    """Convolution, optional Darknet batch norm, activation (Darknet's own float arithmetic, where a run
+    asks for it, comes in by swapping ``conv``, ``bn`` and ``act``: :mod:`turboyolo.exact.modules`)."""
 
     def __init__(self, spec: ConvSpec, in_channels: int):
         super().__init__()
@@ -150,15 +61,11 @@ class ConvBlock(nn.Module):
         )
         self.bn = DarknetBatchNorm2d(spec.filters) if spec.batch_normalize else None
         self.act = activation(spec.activation)
-        self.darknet_arithmetic = False  # --arithmetic darknet: Darknet's float32 operations, forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        exact = self.darknet_arithmetic and x.dtype == torch.float32
-        x = darknet_arithmetic.conv_forward(self.conv, x) if exact else self.conv(x)
+        x = self.conv(x)
         if self.bn is not None:
             x = self.bn(x)
-        if exact and isinstance(self.act, nn.LeakyReLU) and self.act.negative_slope == 0.1:
-            return darknet_arithmetic.DarknetLeakyFunction.apply(x)
         return self.act(x)
 
     @torch.no_grad()
@@ -172,8 +79,8 @@ class ConvBlock(nn.Module):
         bn, conv = self.bn, self.conv
         scale = bn.weight.double() / (bn.running_var.double().sqrt() + DARKNET_BN_EPS)
         shift = bn.bias.double() - bn.running_mean.double() * scale
-        folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                           groups=conv.groups, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
+        folded = type(conv)(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                            groups=conv.groups, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
         folded.weight.copy_((conv.weight.double() * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype))
         folded.bias.copy_(shift.to(conv.weight.dtype))
         self.conv, self.bn = folded, None

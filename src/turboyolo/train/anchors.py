@@ -16,12 +16,26 @@ from pathlib import Path
 
 import numpy as np
 
-from turboyolo.data.anchors import AnchorFit, anchor_fit, kmeans_anchors, letterbox_box_sizes
+from turboyolo.data.anchors import (
+    FIT_BOXES,
+    AnchorFit,
+    anchor_fit,
+    cached_kmeans_anchors,
+    letterbox_box_sizes,
+    sample_boxes,
+)
 from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.errors import ConfigError, DataError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, write_cfg
 from turboyolo.model.zoo import COCO_ANCHORS, TINY_ANCHORS, with_anchors
-from turboyolo.options import img_size_pair, option, require
+from turboyolo.options import (
+    img_size_option,
+    img_size_pair,
+    option,
+    output_file_option,
+    overwrite_option,
+    require,
+)
 from turboyolo.rundir import check_outputs
 from turboyolo.train.defaults import first_yolo
 
@@ -39,6 +53,7 @@ class AnchorReport:
     current: AnchorFit | None = None
     current_name: str = ""  # the cfg's file name, or "yolov3 COCO" / "yolov3-tiny COCO"
     written: Path | None = None  # the rewritten cfg (``output``)
+    fit_boxes: int | None = None  # the fit saw at most this many of the boxes, sampled (None: all)
 
     def summary(self) -> str:
         """The box sizes, a table (mean IoU, recall, used) and the anchors in Darknet's format."""
@@ -49,6 +64,9 @@ class AnchorReport:
             f"{w.min():.0f}-{w.max():.0f} px (median {np.median(w):.0f}), "
             f"height {h.min():.0f}-{h.max():.0f} px (median {np.median(h):.0f})"
         ]
+        if self.fit_boxes and len(self.boxes_wh) > self.fit_boxes:
+            lines.append(f"k-means on a random {self.fit_boxes} of the {len(self.boxes_wh)} boxes "
+                         "(--fit-boxes); every figure below is on all of them")
         rows = [("fitted (k-means, 1 - IoU)", self.fitted)]
         if self.current is not None:
             rows.insert(0, (f"current ({self.current_name})", self.current))
@@ -73,19 +91,20 @@ class AnchorsArgs:
     num: int | None = option(None, "anchors to fit (default: the cfg's count, else 9; with 6 or 9 and no "
                              "cfg, the yolov3-tiny / yolov3 COCO anchors are the reference)", "-n", "--num",
                              type=int)
-    img_size: tuple[int, int] | None = option(None, "network input S or W H (default: the cfg's, else 416)",
-                                              type=int, nargs="+")
+    img_size: tuple[int, int] | None = img_size_option("the cfg's, else 416", rectangle=True)
     thresh: float = option(0.5, "IoU a box needs with its best anchor to count as recalled", type=float)
     restarts: int = option(10, "k-means++ starts; the best one is kept", type=int)
+    fit_boxes: int = option(FIT_BOXES, "fit on at most this many boxes, a seeded random sample (0: all)",
+                            type=int)
     seed: int = option(0, "random seed of the k-means starts", type=int)
-    output: str | None = option(None, "write --cfg with the fitted anchors to this file (never --cfg itself)",
-                                "-o", "--output")
-    overwrite: bool = option(False, "replace the -o file if it exists", action="store_true")
+    output: str | None = output_file_option("none; -o writes --cfg with the fitted anchors")
+    overwrite: bool = overwrite_option()
 
     def __post_init__(self) -> None:
         self.img_size = img_size_pair(self.img_size)
         require(self.num is None or self.num >= 1, f"--num must be >= 1, got {self.num}")
         require(0 < self.thresh <= 1, f"--thresh must lie in (0, 1], got {self.thresh}")
+        require(self.fit_boxes >= 0, f"--fit-boxes must be >= 0 (0: all boxes), got {self.fit_boxes}")
 
 
 GROUPS: dict[str, type] = {"anchors": AnchorsArgs}
@@ -141,10 +160,11 @@ def run_anchors(request: AnchorsRequest, log: Callable[[str], object] = lambda _
     if len(boxes) == 0:
         raise DataError(f"{data}: the {split} split has no boxes to fit anchors to")
     try:
-        fitted = kmeans_anchors(boxes, num, restarts=args.restarts, seed=args.seed, thresh=thresh)
+        fitted, _ = cached_kmeans_anchors(boxes, num, restarts=args.restarts, seed=args.seed, thresh=thresh,
+                                          sample=args.fit_boxes or None)
     except ValueError as err:
         raise DataError(f"{data}: {err}; lower --num") from None
-    report = AnchorReport(boxes, size, fitted)
+    report = AnchorReport(boxes, size, fitted, fit_boxes=args.fit_boxes or None)
     if current is not None:
         report.current, report.current_name = anchor_fit(boxes, current, thresh), current_name
     if output:
@@ -154,23 +174,28 @@ def run_anchors(request: AnchorsRequest, log: Callable[[str], object] = lambda _
 
 # ------------------------------------------------------------------------------ the check at a run's start
 def check_anchors(spec: ModelSpec, samples: Sequence[Sample], *, autoanchor: bool, data: str, cfg: str,
-                  say: Callable[..., None]) -> ModelSpec:
+                  say: Callable[..., None], fit_boxes: int = FIT_BOXES) -> ModelSpec:
     """Print how well the cfg's anchors cover the training boxes at the training size; below
     :data:`MIN_BPR` warn (or with ``autoanchor`` fit new anchors and return the cfg with them).
 
     The figures are those of ``turboyolo anchors`` (:func:`turboyolo.data.anchors.anchor_fit`, shape
-    IoU >= :data:`ANCHOR_IOU`). New anchors keep the pretrained heads useful: box outputs are relative to
-    the anchor.
+    IoU >= :data:`ANCHOR_IOU`), on at most ``fit_boxes`` boxes (a seeded random sample of a larger
+    set), and the fit is kept for the next start with the same boxes
+    (:func:`~turboyolo.data.anchors.cached_kmeans_anchors`). New anchors keep the pretrained heads
+    useful: box outputs are relative to the anchor.
     """
     yolo = first_yolo(spec)
     labelled = [s for s in samples if len(s.labels)]
     if yolo is None or not labelled or any(s.hw is None for s in labelled):
         return spec
     net = spec.net
-    sizes = letterbox_box_sizes([s.labels for s in labelled], [s.hw for s in labelled],
+    every = letterbox_box_sizes([s.labels for s in labelled], [s.hw for s in labelled],
                                 (net.width, net.height))
+    sizes = sample_boxes(every, fit_boxes)
+    boxes = (f"{len(sizes)} training boxes" if len(sizes) == len(every) else
+             f"a random {len(sizes)} of the {len(every)} training boxes")
     current = anchor_fit(sizes, yolo.anchors, ANCHOR_IOU)
-    say(f"anchors: {_figures(current)} on {len(sizes)} training boxes at {net.width}x{net.height}")
+    say(f"anchors: {_figures(current)} on {boxes} at {net.width}x{net.height}")
     if current.recall >= MIN_BPR:
         return spec
     if not autoanchor:
@@ -180,14 +205,16 @@ def check_anchors(spec: ModelSpec, samples: Sequence[Sample], *, autoanchor: boo
             "--anchors")
         return spec
     try:
-        fitted = kmeans_anchors(sizes, len(yolo.anchors), seed=0, thresh=ANCHOR_IOU)
+        fitted, kept = cached_kmeans_anchors(sizes, len(yolo.anchors), seed=0, thresh=ANCHOR_IOU,
+                                             sample=fit_boxes)
     except ValueError as err:
         say(f"autoanchor: cannot fit {len(yolo.anchors)} anchors ({err}); keeping the cfg's")
         return spec
+    kept = " (an earlier start's fit to the same boxes, from the cache)" if kept else ""
     if (fitted.recall, fitted.mean_iou) <= (current.recall, current.mean_iou):
-        say(f"autoanchor: k-means anchors are no better ({_figures(fitted)}); keeping the cfg's")
+        say(f"autoanchor: k-means anchors{kept} are no better ({_figures(fitted)}); keeping the cfg's")
         return spec
-    say(f"autoanchor: training with anchors fitted to the boxes ({_figures(fitted)}): {fitted.text()} "
+    say(f"autoanchor: training with anchors fitted to the boxes{kept} ({_figures(fitted)}): {fitted.text()} "
         "(written to the run's model.cfg)")
     return with_anchors(spec, tuple(map(tuple, fitted.anchors)))
 

@@ -1,4 +1,5 @@
-"""``auto``: the input pipeline a run chooses for itself (``--cache``, ``--augment-on``, ``--workers``).
+"""``auto``: the input pipeline a run chooses for itself (``--cache``, ``--augment-on``, ``--workers``),
+and on CUDA whether the cfg's mini-batch fits (``--subdivisions``).
 
 Pure decisions, no I/O: :func:`choose_pipeline` takes what was measured at the start of the run
 (:class:`ImageCosts`: the loader's CPU seconds per image on a sample of the training images, cold,
@@ -23,8 +24,17 @@ Rules (each explicit flag wins over its rule):
   device path does the same augmentation as the CPU path
   (:func:`turboyolo.data.device_loader.device_augment_unsupported` is None), and the CPU path would
   make the step wait, or would keep it fed with less than the workers' margin (twice the step's
-  demand); else ``cpu``. ``auto`` never changes what is learned.
+  demand); else ``cpu``.
 - ``--workers``: enough to feed the step twice over, at most the usable cores - 1 (at most 16).
+- ``--subdivisions`` (CUDA, not given): the cfg's, unless its mini-batch does not fit in the free device
+  memory (:func:`choose_subdivisions`).
+
+What a choice changes: ``--workers`` and ``--cache`` only change speed (the batches are the same, bit for
+bit: tests/data/test_loader.py). ``--augment-on device`` makes the same draws and the same boxes, bit for
+bit, but its pixels differ from the CPU path's by interpolation and colour rounding (tests/data/
+test_device_loader.py), so the weights differ as two float orders do. ``--subdivisions`` is Darknet's: the
+mini-batch is what training batch norm normalises over, so auto keeps the cfg's and changes it only when it
+does not fit, and says that this changes what is learned.
 """
 
 from __future__ import annotations
@@ -42,6 +52,9 @@ WORKER_MARGIN = 2.0  # workers enough for twice the step's demand (measurements 
 MAX_WORKERS = 16
 FAR_ABOVE = 0.2  # measured data-wait this much above the prediction: the run says so
 AUTO = "auto"
+# what --augment-on device keeps of the CPU path's augmentation (tests/data/test_device_loader.py)
+DEVICE_SAME = ("the same augmentation draws and boxes (its pixels differ from the CPU path's by "
+               "interpolation and colour rounding; --augment-on cpu keeps them)")
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,12 @@ class Decision:
         return f"--{self.name.replace('_', '-')} {self.value}"
 
 
+def rate_text(rate: float) -> str:
+    """A rate for the console: whole numbers from 10 up (``1,234``), two significant digits below
+    (``0.42``, ``3.1``), so a slow CPU step never reads as 0 images/s."""
+    return f"{rate:,.0f}" if rate >= 10 or rate == 0 else f"{rate:.2g}"
+
+
 @dataclass(frozen=True)
 class PipelineChoice:
     """The pipeline settings of a run and what they are predicted to give."""
@@ -136,7 +155,7 @@ class PipelineChoice:
         out = [f"{d.flag} ({d.source}): {d.reason}" for d in self.decisions]
         out += list(self.warnings)
         out.append(f"input pipeline: predicted data-wait {100 * self.data_wait:.0f}%, "
-                   f"{self.images_per_s:,.0f} images/s")
+                   f"{rate_text(self.images_per_s)} images/s")
         return out
 
     def as_dict(self) -> dict:
@@ -247,8 +266,8 @@ def _choose_augment_on(costs: ImageCosts, machine: Machine, cache: str, workers:
         return "cpu", "without a cache the device path would still decode every original"
     if unsupported is not None or costs.device_s is None:
         why = unsupported or "not measured"
-        return "cpu", (f"the device path would not do this run's augmentation ({why}), and auto never "
-                       "changes what is learned")
+        return "cpu", (f"the device path would not do this run's augmentation ({why}): auto keeps the "
+                       "augmentation the run asks for")
     device_wait, _ = predict(costs, cache, "device", workers, machine.cores, device_step_s)
     device_margin_wait, _ = predict(costs, cache, "device", workers, machine.cores,
                                     device_step_s / WORKER_MARGIN)
@@ -259,11 +278,9 @@ def _choose_augment_on(costs: ImageCosts, machine: Machine, cache: str, workers:
         return "device", (f"the CPU augmentation keeps the step fed only just (data-wait "
                           f"{100 * cpu_wait:.0f}%; {100 * margin_wait:.0f}% at twice the step's pace); on "
                           f"the device the loader only copies cached images (data-wait "
-                          f"{100 * device_wait:.0f}%, {100 * device_margin_wait:.0f}%), the same "
-                          "augmentation")
+                          f"{100 * device_wait:.0f}%, {100 * device_margin_wait:.0f}%), {DEVICE_SAME}")
     return "device", (f"the CPU augmentation makes the step wait {100 * cpu_wait:.0f}%; on the device the "
-                      f"loader only copies cached images (data-wait {100 * device_wait:.0f}%), the same "
-                      "augmentation")
+                      f"loader only copies cached images (data-wait {100 * device_wait:.0f}%), {DEVICE_SAME}")
 
 
 def _choose_workers(costs: ImageCosts, machine: Machine, cache: str, augment_on: str,
@@ -292,11 +309,6 @@ def advice(cache: str, augment_on: str, workers: int, machine: Machine, unsuppor
     return f"try {fix}; `turboyolo doctor --data ... --model ...` measures why"
 
 
-def far_above(measured: float, predicted: float) -> bool:
-    """Whether a measured data-wait is far above the prediction (worth a line and a note)."""
-    return measured > predicted + FAR_ABOVE
-
-
 def given_pipeline(requested: dict[str, tuple[object, str]]) -> PipelineChoice:
     """The pipeline as given (no ``auto`` among ``requested``): nothing measured, nothing predicted."""
     decisions = tuple(Decision(name, value, source, "given") for name, (value, source) in requested.items())
@@ -310,19 +322,25 @@ MEMORY_SHARE = 0.8  # a mini-batch may take this share of the device memory free
 
 def choose_subdivisions(batch: int, subdivisions: int, world_size: int, bytes_per_image: float,
                         fixed_bytes: float, free_bytes: float) -> tuple[int, str]:
-    """CUDA, ``--subdivisions`` not given: the fewest subdivisions (the largest mini-batch, the fastest
-    step) whose mini-batch fits in the free device memory, as a divisor of ``batch`` that the processes
-    share; the cfg's ``subdivisions`` when none fits better. ``bytes_per_image``: the step's activation
-    memory per image; ``fixed_bytes``: the model, its gradients and the optimizer state."""
+    """CUDA, ``--subdivisions`` not given: the cfg's ``subdivisions`` when its mini-batch fits in the free
+    device memory. Darknet's meaning: the mini-batch is what training batch norm normalises over (and
+    moves its running statistics by), so another one learns other weights. When it does not fit, the
+    fewest more subdivisions (a divisor of ``batch`` the processes share) whose mini-batch fits, with a
+    reason that says it changes what is learned; the cfg's when none fits. ``bytes_per_image``: the step's
+    activation memory per image; ``fixed_bytes``: the model, its gradients and the optimizer state."""
     room = MEMORY_SHARE * free_bytes - fixed_bytes
-    for candidate in range(world_size, subdivisions + 1, world_size):
+    wanted = batch // subdivisions
+    memory = f"{_human(free_bytes)} free, ~{_human(bytes_per_image)} per image"
+    if wanted * bytes_per_image <= room:
+        return subdivisions, (f"the cfg's: its mini-batch of {wanted} fits in the free device memory "
+                              f"({memory})")
+    for candidate in range(subdivisions + 1, batch + 1):
         if batch % candidate or candidate % world_size:
             continue
         mini = batch // candidate
         if mini * bytes_per_image <= room:
-            if candidate == subdivisions:
-                break
-            return candidate, (f"a mini-batch of {mini} fits in the free device memory ({_human(free_bytes)} "
-                               f"free, ~{_human(bytes_per_image)} per image): {candidate} instead of the "
-                               f"cfg's {subdivisions}, the same update")
-    return subdivisions, "the cfg's (no larger mini-batch fits in the free device memory)"
+            return candidate, (f"the cfg's mini-batch of {wanted} does not fit in the free device memory "
+                               f"({memory}): mini-batches of {mini}, {candidate} instead of the cfg's "
+                               f"{subdivisions}. This changes what is learned (batch norm normalises over "
+                               f"{mini} images, not {wanted}); --subdivisions {subdivisions} keeps the cfg's")
+    return subdivisions, f"the cfg's (no smaller mini-batch fits in the free device memory either: {memory})"

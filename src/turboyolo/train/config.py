@@ -144,7 +144,7 @@ class TrainConfig:
         if "aug_scale_min" in flat or "aug_scale_max" in flat:  # 0.1 stored the zoom range as two fields
             flat["aug_scale"] = (flat.pop("aug_scale_min", 0.75), flat.pop("aug_scale_max", 1.25))
         flat.setdefault("obj_iou", False)  # saved before it became the default: trained with target 1
-        if "optim" not in values and "lr_schedule" not in flat:  # saved before 0.3: the cfg's schedule
+        if "optim" not in values and "lr_schedule" not in flat:  # saved by turboyolo 0.1: the cfg's schedule
             flat["lr_schedule"] = "darknet"  # and Darknet's BN momentum, as it was trained
             flat["bn_momentum"] = flat.get("bn_momentum") or 0.01
             flat["close_mosaic"] = flat.get("close_mosaic") or 0

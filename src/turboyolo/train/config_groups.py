@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from turboyolo.data.scan import UNREVIEWED_CHOICES
 from turboyolo.devices import AMP_CHOICES
 from turboyolo.formats.darknet_cfg import parse_anchor_list
-from turboyolo.options import amp_option, device_option, option
+from turboyolo.options import (
+    amp_option,
+    check_img_size,
+    device_option,
+    exist_ok_option,
+    img_size_option,
+    option,
+    project_option,
+    run_name_option,
+)
 from turboyolo.options import require as _require
 from turboyolo.train.metrics import EVAL_CONF_THRES, EVAL_IOU_THRES, EVAL_NMS_THRES
 
@@ -31,7 +40,7 @@ ARITHMETICS = ("torch", "darknet")
 class DataArgs:
     """What the loader feeds the network."""
 
-    img_size: int | None = option(None, "network input side (default: the cfg's width)", type=int)
+    img_size: int | None = img_size_option("the cfg's width")
     cache: str = option("auto", "decode each image once into a prepared cache (`turboyolo prepare` "
                         "builds the disk one ahead of time); auto: none when decoding keeps the step fed, "
                         "else ram when it fits, else disk (measured at the start, one line says why)",
@@ -40,7 +49,7 @@ class DataArgs:
                                  "at most CPUs - 1)", "--workers", "--n-cpu", type=int)
     augment_on: str = option("auto", "where affine/letterbox, HSV and flip run: the loader's CPU processes, "
                              "or the training device as batched tensor ops (then the loader only copies "
-                             "cached uint8 images; use with --cache); auto: device only when the CPU "
+                             "cached uint8 images); auto: device only when the CPU "
                              "would make the step wait and the device path does the same augmentation",
                              choices=AUGMENT_ON_CHOICES)
     single_cls: bool = option(False, "train every class as one (a cfg with more classes is rewritten to 1; "
@@ -54,8 +63,7 @@ class DataArgs:
                              "gets no 'no object' loss)", choices=UNREVIEWED_CHOICES)
 
     def check(self) -> None:
-        _require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
-                 "--img-size must be a multiple of 32")
+        check_img_size(self.img_size)
         _require(self.cache in CACHE_CHOICES, f"--cache must be one of {', '.join(CACHE_CHOICES)}")
         _require(self.augment_on in AUGMENT_ON_CHOICES, "--augment-on must be auto, cpu or device")
         _require(self.workers is None or self.workers >= 0, "--workers must be >= 0")
@@ -145,7 +153,7 @@ class AugmentArgs:
     loader: str = option("turboyolo", "how training images are drawn and made: turboyolo (epochs, the "
                          "options below) or darknet (pjreddie's load_data_detection: random list entries, "
                          "the cfg's jitter/hue/saturation/exposure as Darknet applies them, a flip with "
-                         "--fliplr; data/darknet_loader.py)", choices=LOADERS)
+                         "--fliplr; exact/loader.py)", choices=LOADERS)
     multiscale: bool = option(False, "draw the input size per batch from 0.67x..1.5x --img-size",
                               "--multiscale-training", "--multiscale", action="store_true")
     aug_scale: tuple[float, float] = option((0.75, 1.25), "random zoom range", nargs=2, type=float,
@@ -264,8 +272,7 @@ class EvalArgs:
 
     def check(self) -> None:
         _require(self.evaluation_interval >= 0, "--evaluation-interval must be >= 0 (0: never)")
-        _require(self.val_img_size is None or (self.val_img_size >= 32 and self.val_img_size % 32 == 0),
-                 "--val-img-size must be a multiple of 32")
+        check_img_size(self.val_img_size, "--val-img-size")
         _require(0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
         _require(0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
         _require(0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
@@ -300,7 +307,7 @@ class RuntimeArgs:
                              "autograd) or darknet (the float32 operations of Darknet's compiled CPU code: "
                              "with --config darknet's settings the whole step, forward, deltas, backward "
                              "and update, equal to the darknet binary's to the bit; else the forward pass; "
-                             "CPU only, some 100x slower; train/darknet_step.py)", choices=ARITHMETICS)
+                             "CPU only, some 100x slower; exact/step.py)", choices=ARITHMETICS)
     seed: int = option(0, "random seed (-1 behaves as 0)", type=int)
 
     def check(self) -> None:
@@ -319,9 +326,9 @@ class RuntimeArgs:
 class OutputArgs:
     """Where the run writes, what it keeps and where it logs."""
 
-    project: str = option("runs/train", "parent folder of run directories", "--project", "--logdir")
-    name: str = option("exp", "run directory name (exp, exp2, ... when taken)")
-    exist_ok: bool = option(False, "reuse <project>/<name> if it exists", action="store_true")
+    project: str = project_option("runs/train")
+    name: str = run_name_option()
+    exist_ok: bool = exist_ok_option()
     checkpoint_interval: int = option(1, "also keep weights/epoch<N>.pt every N epochs (0: last.pt and "
                                       "best.pt only)", type=int)
     wandb: bool = option(False, "also log to Weights & Biases (WANDB_MODE=offline works)",

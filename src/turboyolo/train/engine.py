@@ -1,9 +1,16 @@
-"""The training step and the evaluation loop, written out explicitly.
+"""The training loop, its step and the evaluation loop, written out explicitly.
+
+How a mini-batch is trained and an iteration applied is a :class:`TrainStep`, chosen once when the run is
+set up: :class:`AutogradStep` (PyTorch's autograd, the default) or Darknet's own arithmetic
+(:class:`turboyolo.exact.step.DarknetStep`, selected in :mod:`turboyolo.train.engines`). The loop
+(:func:`train_one_epoch`) is the same for both.
 
 One *iteration* (Darknet's "batch") = ``subdivisions`` mini-batches whose gradients accumulate; the loss
-of every mini-batch is its per-image sum divided by the images per iteration, so the update is the same
-for any ``subdivisions``. Loss values are read back from the device only every ``log_interval``
-iterations; one flag is read every iteration: whether the loss and the gradients are finite.
+of every mini-batch is its per-image sum divided by the images per iteration, so ``subdivisions`` does not
+scale the loss or the rate. It does set what batch norm normalises over in training (each mini-batch's own
+statistics, as in Darknet), so a run with other subdivisions learns other weights. Loss values are read
+back from the device only every ``log_interval`` iterations; one flag is read every iteration: whether the
+loss and the gradients are finite.
 
 Divergence: an iteration whose loss or gradient is NaN or inf is skipped (nothing reaches the weights,
 the optimizer or the EMA; BatchNorm statistics are put back as they were before its forward passes),
@@ -18,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -29,7 +37,6 @@ from turboyolo.errors import TurboYoloError
 from turboyolo.model.postprocess import CapCounts, decode, nms_options, postprocess
 from turboyolo.options import MAX_CANDIDATES, MAX_DET
 from turboyolo.train import distributed
-from turboyolo.train.darknet_step import DarknetStep
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import (
     EVAL_CONF_THRES,
@@ -79,8 +86,8 @@ class TrainState:
     last_checkpoint_iteration: int | None = None  # the iteration `last_checkpoint` holds
     # images whose labels are model-made and unreviewed, trained without background loss (--unreviewed ignore)
     no_background: frozenset[str] = frozenset()
-    # --arithmetic darknet with Darknet's loss and update: the whole step in Darknet's float operations
-    darknet_step: DarknetStep | None = None
+    # how a mini-batch is trained and an iteration applied (chosen once: turboyolo.train.engines)
+    step: TrainStep = field(default_factory=lambda: AutogradStep())
 
 
 def _no_background(state: TrainState, metas, device: torch.device) -> torch.Tensor | None:
@@ -98,6 +105,25 @@ class StepOptions:
     channels_last: bool = False
     log_interval: int = 10
     say: Callable[[str], object] = print  # where a skipped iteration is named
+
+
+class TrainStep(Protocol):
+    """How one iteration trains: a strategy chosen once when the run is set up
+    (:func:`turboyolo.train.engines.choose_step`). The loop owns the iteration (the rate, the batch-norm
+    statistics an iteration that is skipped puts back, accumulation over the mini-batches, the counts);
+    the step owns the arithmetic."""
+
+    def begin(self, state: TrainState) -> None:
+        """An iteration starts (before its first mini-batch)."""
+
+    def mini_batch(self, state: TrainState, options: StepOptions, x: torch.Tensor, targets: torch.Tensor,
+                   metas, last_micro: bool) -> torch.Tensor:
+        """Forward, loss and backward of one mini-batch ``x`` (on the device, float in [0, 1]), its
+        gradients added to the iteration's; its loss terms ``[len(LOSS_NAMES)]``, detached."""
+
+    def apply(self, state: TrainState, options: StepOptions, terms: torch.Tensor) -> bool:
+        """The iteration's update (and the EMA's); False, with nothing applied, when the iteration's loss
+        ``terms`` or its gradients are NaN or inf."""
 
 
 def autocast(options: StepOptions):
@@ -162,6 +188,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
     epoch_start_images = state.seen
     micro = 0  # mini-batches accumulated into the current iteration
     norms = BatchNormState(model)
+    step = state.step
     iterator = iter(batches)
     optimizer.zero_grad(set_to_none=True)
     while state.epoch_batches < num_batches:
@@ -174,11 +201,11 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         if micro == 0:
             set_lr(optimizer, lr_at(state.schedule, state.iteration + 1))
             norms.save()
-            if state.darknet_step is not None:
-                state.darknet_step.save()
+            step.begin(state)
         # Under DDP gradients are all-reduced only on the iteration's last mini-batch.
         last_micro = micro + 1 >= state.subdivisions or state.epoch_batches + 1 >= num_batches
-        step_terms += _forward_backward(state, options, images, targets, metas, last_micro)
+        x = move_to_device(images, options.device, channels_last=options.channels_last)
+        step_terms += step.mini_batch(state, options, x, targets, metas, last_micro)
         step_images += images.shape[0]
         state.seen += images.shape[0]
         state.epoch_batches += 1
@@ -186,7 +213,7 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
         if micro < state.subdivisions and state.epoch_batches < num_batches:
             continue
         micro = 0
-        if _step(state, options, step_terms):
+        if step.apply(state, options, step_terms):
             stats.add(step_terms, step_images)
             logged_terms += step_terms
             logged_images += step_images
@@ -210,45 +237,86 @@ def train_one_epoch(state: TrainState, batches: Iterable, num_batches: int, opti
                "data_wait": stats.wait_s / elapsed}
 
 
-def _forward_backward(state: TrainState, options: StepOptions, images: torch.Tensor, targets: torch.Tensor,
-                      metas, last_micro: bool) -> torch.Tensor:
-    """One mini-batch's forward, loss and backward (gradients added to the iteration's); its loss terms."""
-    x = move_to_device(images, options.device, channels_last=options.channels_last)
-    if state.darknet_step is not None:  # Darknet's forward, deltas and backward (train/darknet_step.py)
-        outputs = state.darknet_step.forward_backward(x, targets)
-        with torch.no_grad():
-            return state.loss_fn(outputs, targets, tuple(x.shape[2:]))[1]
-    with _no_sync(state, last_micro):
-        with autocast(options):
-            # not `state.forward or model`: bool() of torch.compile's wrapper calls len(), which raises
-            outputs = (state.model if state.forward is None else state.forward)(x)
-        total, terms = state.loss_fn(outputs, targets, tuple(x.shape[2:]),
-                                     no_background=_no_background(state, metas, x.device))
-        loss = total / state.images_per_iteration
+class AutogradStep:
+    """The default :class:`TrainStep`: the forward under autocast, the loss, autograd's backward
+    (gradients accumulate over the iteration's mini-batches; under DDP they are all-reduced on its last),
+    then the clipped, scaled optimizer step and the EMA."""
+
+    def begin(self, state: TrainState) -> None:
+        pass
+
+    def mini_batch(self, state: TrainState, options: StepOptions, x: torch.Tensor, targets: torch.Tensor,
+                   metas, last_micro: bool) -> torch.Tensor:
+        with _no_sync(state, last_micro):
+            with autocast(options):
+                # not `state.forward or model`: bool() of torch.compile's wrapper calls len(), which raises
+                outputs = (state.model if state.forward is None else state.forward)(x)
+            total, terms = state.loss_fn(outputs, targets, tuple(x.shape[2:]),
+                                         no_background=_no_background(state, metas, x.device))
+            loss = total / state.images_per_iteration
+            if state.scaler is not None:
+                state.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        return terms.detach()
+
+    def apply(self, state: TrainState, options: StepOptions, terms: torch.Tensor) -> bool:
+        """Clip and apply the accumulated gradients; False, with nothing applied, when the iteration's loss
+        terms or gradients are NaN or inf (the one sync of every iteration). With a GradScaler, gradients
+        that overflow float16 are its business (it skips and lowers its scale): only the loss is
+        checked."""
+        params = [p for group in state.optimizer.param_groups for p in group["params"] if p.grad is not None]
         if state.scaler is not None:
-            state.scaler.scale(loss).backward()
+            state.scaler.unscale_(state.optimizer)
+        finite = torch.isfinite(terms).all()
+        norm = _clipped_norm(params, options.clip_norm)
+        if state.scaler is None and norm is not None:
+            finite = finite & torch.isfinite(norm)
+        bad = distributed.all_reduce_sum((~finite).to(torch.float32).reshape(1))  # every rank skips together
+        if bool(bad.item()):
+            state.optimizer.zero_grad(set_to_none=True)
+            if state.scaler is not None:
+                state.scaler.update()  # unscale_ was called: the scaler expects an update before the next
+            return False
+        if state.scaler is not None:
+            state.scaler.step(state.optimizer)
+            state.scaler.update()
         else:
-            loss.backward()
-    return terms.detach()
+            state.optimizer.step()
+        state.optimizer.zero_grad(set_to_none=True)
+        if state.ema is not None:
+            state.ema.update(state.model)
+        return True
+
+
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class BatchNormState:
     """The BatchNorm running statistics of a model, saved before an iteration's forward passes and put
     back when the iteration is skipped: a NaN in one batch would otherwise reach them (and every later
-    evaluation) even though no weight is updated."""
+    evaluation) even though no weight is updated. Saved as one flat copy per device and dtype (one
+    ``torch.cat`` each, not a copy per buffer: this runs every iteration)."""
 
     def __init__(self, model: nn.Module):
-        self.buffers = [b for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-                        for b in m.buffers()]
-        self.saved = [b.detach().clone() for b in self.buffers]
+        self.groups: dict[tuple, list[torch.Tensor]] = {}
+        for module in model.modules():
+            if isinstance(module, BATCH_NORMS):
+                for buffer in module.buffers():
+                    self.groups.setdefault((buffer.device, buffer.dtype), []).append(buffer)
+        self.saved = {key: torch.cat([b.detach().reshape(-1) for b in group])
+                      for key, group in self.groups.items()}
 
     def save(self) -> None:
-        if self.buffers:
-            torch._foreach_copy_(self.saved, self.buffers)
+        for key, group in self.groups.items():
+            torch.cat([b.detach().reshape(-1) for b in group], out=self.saved[key])
 
     def restore(self) -> None:
-        if self.buffers:
-            torch._foreach_copy_(self.buffers, self.saved)
+        for key, group in self.groups.items():
+            parts = torch.split(self.saved[key], [b.numel() for b in group])
+            with torch.no_grad():
+                for buffer, saved in zip(group, parts):
+                    buffer.copy_(saved.view_as(buffer))
 
 
 def _skipped(state: TrainState, options: StepOptions, terms: torch.Tensor) -> None:
@@ -273,49 +341,6 @@ def _skipped(state: TrainState, options: StepOptions, terms: torch.Tensor) -> No
     raise NonFiniteLoss(f"training diverged at {where}: {what}, {MAX_SKIPPED_IN_A_ROW} iterations in a row "
                         f"(each skipped: the weights never took a NaN or inf); {kept}; if it happens at "
                         "once, look for a broken image or label")
-
-
-def _step(state: TrainState, options: StepOptions, terms: torch.Tensor) -> bool:
-    """Clip and apply the accumulated gradients; False, with nothing applied, when the iteration's loss
-    terms or gradients are NaN or inf (the one sync of every iteration). With a GradScaler, gradients
-    that overflow float16 are its business (it skips and lowers its scale): only the loss is checked."""
-    if state.darknet_step is not None:
-        return _darknet_step(state, terms)
-    params = [p for group in state.optimizer.param_groups for p in group["params"] if p.grad is not None]
-    if state.scaler is not None:
-        state.scaler.unscale_(state.optimizer)
-    finite = torch.isfinite(terms).all()
-    norm = _clipped_norm(params, options.clip_norm)
-    if state.scaler is None and norm is not None:
-        finite = finite & torch.isfinite(norm)
-    bad = distributed.all_reduce_sum((~finite).to(torch.float32).reshape(1))  # every rank skips together
-    if bool(bad.item()):
-        state.optimizer.zero_grad(set_to_none=True)
-        if state.scaler is not None:
-            state.scaler.update()  # unscale_ was called: the scaler expects an update before the next one
-        return False
-    if state.scaler is not None:
-        state.scaler.step(state.optimizer)
-        state.scaler.update()
-    else:
-        state.optimizer.step()
-    state.optimizer.zero_grad(set_to_none=True)
-    if state.ema is not None:
-        state.ema.update(state.model)
-    return True
-
-
-def _darknet_step(state: TrainState, terms: torch.Tensor) -> bool:
-    """The update of a Darknet-exact iteration (its deltas are in the momentum buffers already); False,
-    with the buffers as they were, when the loss or a buffer is NaN or inf."""
-    step = state.darknet_step
-    if not (bool(torch.isfinite(terms).all()) and step.finite()):
-        step.restore()
-        return False
-    step.update(state.schedule, state.iteration + 1)
-    if state.ema is not None:
-        state.ema.update(state.model)
-    return True
 
 
 def _clipped_norm(params: list[torch.Tensor], clip_norm: float) -> torch.Tensor | None:

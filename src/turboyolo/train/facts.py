@@ -27,7 +27,7 @@ from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import available_bytes, default_cache_root, estimate_bytes, prepare_cache
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
-from turboyolo.data.scan import Sample, scan_dataset
+from turboyolo.data.scan import Sample, ScanResult, scan_dataset
 from turboyolo.data.timing import measure_loader, ring_round_batches
 from turboyolo.devices import usable_cpus
 from turboyolo.formats.darknet_cfg import ModelSpec
@@ -198,18 +198,20 @@ def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
 
 def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: ModelSpec,
                   augment: AugmentParams | None, mini_batch: int, device: torch.device, world_size: int = 1,
-                  multiscale=None, log=print) -> PipelineChoice:
+                  multiscale=None, log=print, scans: tuple[ScanResult, ScanResult] | None = None,
+                  ) -> PipelineChoice:
     """Measure what ``auto`` decides from (a sample of ``data``'s training images, this machine, the
-    step's estimate) and choose (:func:`turboyolo.train.auto.choose_pipeline`)."""
+    step's estimate) and choose (:func:`turboyolo.train.auto.choose_pipeline`). ``scans``: the (train,
+    val) scans the run already has (default: scanned here)."""
     img_size = spec.net.width
     size = max(img_size, multiscale[1] if multiscale else 0)
-    train = scan_dataset(data, "train").samples
+    train = scans[0].samples if scans else scan_dataset(data, "train").samples
     if not train:  # the loaders name the problem
         fallback = {name: ("none" if value == AUTO else value, source) if name == "cache" else
                     ("cpu" if value == AUTO else value, source) if name == "augment_on" else
                     (0 if value is None else value, source) for name, (value, source) in requested.items()}
         return given_pipeline(fallback)
-    val = scan_dataset(data, "val").samples
+    val = scans[1].samples if scans else scan_dataset(data, "val").samples
     costs = measure_costs(train, img_size, mini_batch, augment, multiscale=multiscale)
     cache_bytes = estimate_bytes(train, size) + estimate_bytes(val, img_size)
     machine = machine_facts(device, default_cache_root(data, "train", size))

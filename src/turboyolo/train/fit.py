@@ -146,8 +146,9 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         raise TrainingInterrupted(f"stopped at iteration {state.iteration} (epoch {state.epoch + 1}); "
                                   f"{weights_dir / 'last.pt'} holds that exact position: continue with "
                                   f"`turboyolo train --resume {weights_dir / 'last.pt'}`")
-    if stop.message(reason, state):
-        say(stop.message(reason, state))
+    message = stop.message(reason, state)
+    if message:
+        say(message)
     if env.is_main and reason != INTERRUPTED:
         finish_outputs(state, run.spec, weights_dir, run.run_dir, say)
     result = session.result
@@ -288,7 +289,7 @@ def evaluate_now(session: Session, reason: str | None, finished: bool) -> EvalRe
     return evaluated
 
 
-# ---------------------------------------------------------------------------------------------- setup
+# ---------------------------------------------------- the loop's helpers: mosaic switch, Ctrl-C, write errors
 def mixing(epoch: int, run: Run, close_mosaic: int, say: Callable[..., None]) -> bool:
     """Whether mosaic and mixup may run in ``epoch`` (not in the last ``close_mosaic`` planned epochs)."""
     augment = run.config.augment

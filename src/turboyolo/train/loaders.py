@@ -20,7 +20,7 @@ from turboyolo.data.loader import DetectionLoader
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, ScanResult, apply_unreviewed, scan_dataset, write_scan_report
 from turboyolo.train.config import TrainConfig
-from turboyolo.train.darknet_input import darknet_train_loader
+from turboyolo.train.engines import darknet_loader
 from turboyolo.train.resolve import ResolvedRun
 
 
@@ -43,17 +43,24 @@ class RunData:
         return {str(sample.image): sample.labels for sample in self.val_scan.samples}
 
 
+def scan_splits(config: TrainConfig) -> tuple[ScanResult, ScanResult]:
+    """Both splits of ``config.data`` scanned (val with the training split's names), ``--unreviewed``
+    applied to the training split: what a run's start scans, once."""
+    train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
+    return train_scan, scan_dataset(config.data, "val", train_scan.names)
+
+
 def build_loaders(resolved: ResolvedRun, mini_batch: int, rank: int = 0, world_size: int = 1,
-                  log: Callable[[str], None] = print, report: Path | None = None) -> RunData:
-    """Scan, (optionally) cache and wrap both splits as ``resolved`` says; ``mini_batch`` images per
-    training batch.
+                  log: Callable[[str], None] = print, report: Path | None = None,
+                  scans: tuple[ScanResult, ScanResult] | None = None) -> RunData:
+    """Scan (unless ``scans`` gives :func:`scan_splits`' result), (optionally) cache and wrap both splits
+    as ``resolved`` says; ``mini_batch`` images per training batch.
 
     The scan summaries (and the first excluded files) are logged; ``report`` is where the full list goes.
     """
     config = resolved.config
     img_size, val_size = resolved.img_size, resolved.val_img_size
-    train_scan = apply_unreviewed(scan_dataset(config.data, "train"), config.data_args.unreviewed)
-    val_scan = scan_dataset(config.data, "val", train_scan.names)
+    train_scan, val_scan = scans or scan_splits(config)
     for scan in (train_scan, val_scan):
         log(scan.console_text(report=report))
     for scan in (train_scan, val_scan):
@@ -79,8 +86,8 @@ def build_loaders(resolved: ResolvedRun, mini_batch: int, rank: int = 0, world_s
         val_cache = prepare_cache(val_scan.samples, val_size, _cache_root(config, "val", val_size),
                                   memory=kind, log=log)
     if config.augment.loader == "darknet":
-        train = darknet_train_loader(config, resolved.spec, train_scan.list_entries(), mini_batch, rank,
-                                     world_size, log)
+        train = darknet_loader(config, resolved.spec, train_scan.list_entries(), mini_batch, rank,
+                               world_size, log)
     else:
         train = build_loader(train_scan.samples, img_size=img_size, batch_size=mini_batch,
                              augment=resolved.augment, workers=workers, shuffle=True, seed=seed,

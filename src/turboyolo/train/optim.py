@@ -148,7 +148,7 @@ def build_optimizer(model: nn.Module, settings: OptimizerSettings | NetSpec) -> 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        group["lr"] = lr
 
 
 class ModelEMA:

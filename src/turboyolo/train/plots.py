@@ -62,29 +62,36 @@ def _name(names: Sequence[str] | None, cls: int) -> str:
 # --------------------------------------------------------------------------------------------- labels
 
 
+PLOT_BOXES = 100_000  # labels.jpg's histograms of centres and sizes show at most this many boxes, sampled
+
+
 def plot_labels(labels: Sequence[np.ndarray], names: Sequence[str], path: str | Path) -> Path:
-    """``labels.jpg``: boxes per class, box centres (x, y) and box sizes (w, h) as 2-D histograms.
+    """``labels.jpg``: boxes per class (all of them), box centres (x, y) and box sizes (w, h) as 2-D
+    histograms (of a seeded random :data:`PLOT_BOXES` when there are more).
 
     Args:
         labels: per image, ``[N, 5]`` (class, cx, cy, w, h) relative to the image.
         names: class names (the bar chart's axis).
         path: where to write (JPEG by its suffix).
     """
-    rows = [np.asarray(b, dtype=np.float64).reshape(-1, 5) for b in labels]
-    boxes = np.concatenate(rows) if rows else np.zeros((0, 5))
+    rows = [np.asarray(b, dtype=np.float32).reshape(-1, 5) for b in labels]
+    boxes = np.concatenate(rows) if rows else np.zeros((0, 5), np.float32)
     counts = np.bincount(boxes[:, 0].astype(np.int64), minlength=len(names))[: len(names)]
+    total = len(boxes)
+    if total > PLOT_BOXES:  # the histograms of a seeded sample: the same picture at any data-set size
+        boxes = boxes[np.random.default_rng(0).choice(total, PLOT_BOXES, replace=False)]
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     axes[0].bar(range(len(names)), counts, color="C0")
     axes[0].set_xticks(range(len(names)))
     axes[0].set_xticklabels(list(names), rotation=90 if len(names) > 8 else 0, fontsize=7)
     axes[0].set_ylabel("boxes")
-    axes[0].set_title(f"{len(boxes)} boxes in {len(rows)} images")
+    axes[0].set_title(f"{total} boxes in {len(rows)} images")
     for ax, (a, b), title in ((axes[1], (1, 2), "centre"), (axes[2], (3, 4), "size")):
         ax.hist2d(boxes[:, a], boxes[:, b], bins=50, range=[[0, 1], [0, 1]], cmap="Blues", cmin=1)
         ax.set_xlabel("x" if title == "centre" else "width")
         ax.set_ylabel("y" if title == "centre" else "height")
-        ax.set_title(f"box {title} (relative)")
+        ax.set_title(f"box {title} (relative" + (f", {len(boxes)} sampled)" if len(boxes) < total else ")"))
         ax.set_aspect("equal")
     axes[1].invert_yaxis()  # image coordinates: y down
     fig.tight_layout()

@@ -14,6 +14,7 @@ import torch
 import yaml
 from torch.nn.parallel import DistributedDataParallel
 
+from turboyolo.data.scan import ScanResult
 from turboyolo.devices import amp_dtype_for, channels_last_for, resolve_device
 from turboyolo.errors import FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import (
@@ -25,7 +26,6 @@ from turboyolo.formats.darknet_cfg import (
 )
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
-from turboyolo.model.layers import DarknetBatchNorm2d
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
 from turboyolo.model.zoo import ARCHITECTURES, make_spec
 from turboyolo.rundir import (
@@ -41,11 +41,11 @@ from turboyolo.train import distributed
 from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
-from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig
-from turboyolo.train.darknet_step import DarknetStep, momentum_from_darknet, overwritten_deltas, unsupported
+from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig, refuse_new_inputs
 from turboyolo.train.engine import TrainState
+from turboyolo.train.engines import choose_step, prepare_model
 from turboyolo.train.facts import auto_pipeline, step_memory
-from turboyolo.train.loaders import RunData, build_loaders
+from turboyolo.train.loaders import RunData, build_loaders, scan_splits
 from turboyolo.train.loss import YoloLoss
 from turboyolo.train.optim import ModelEMA, build_optimizer, lr_at
 from turboyolo.train.plan import Plan, describe, legacy_plan, make_plan, refit
@@ -67,6 +67,14 @@ class Run:
     resume_state: dict | None = None
     made_here: bool = False  # this call created run_dir (so a failed start may remove it)
     batches_per_epoch: int = 0  # training mini-batches per epoch on this rank (known once the data is)
+    scans: tuple[ScanResult, ScanResult] | None = None  # both splits, scanned once per start
+
+    def data_scans(self) -> tuple[ScanResult, ScanResult]:
+        """The (train, val) scans of the run's data: scanned on the first call, then the same ones
+        (the pipeline measurement and the loaders share them)."""
+        if self.scans is None:
+            self.scans = scan_splits(self.config)
+        return self.scans
 
     @property
     def config(self) -> TrainConfig:
@@ -115,10 +123,15 @@ def open_run(config: TrainConfig, quiet: bool) -> Run:
     if config.resume:
         resume_state = read_training_checkpoint(config.resume)
         saved = TrainConfig.from_dict(resume_state["config"], source=f"{config.resume} (its config)")
+        refuse_new_inputs(saved, config)  # another cfg, data, weights or hyp: refused before a word
         ignored = [name for name in config.given if name not in RESUMABLE + RESUME_OUTPUT]
         if ignored:
             say(f"--resume continues the run as it was set up; ignored: {', '.join(ignored)} "
                 f"(only {', '.join(RESUMABLE)} may change)")
+        inputs = [f"--{key}" for key in ("cfg", "data", "weights", "hyp") if getattr(config, key)]
+        if inputs:  # the run's own (others were refused): the checkpoint holds them
+            say(f"--resume continues the run's own network, weights and data; ignored: {', '.join(inputs)} "
+                "(the same as the run's: the checkpoint holds them)")
         sources = dict(resume_state["config"].get("sources") or dict.fromkeys(OPTION_GROUP, "resumed"))
         sources.update({name: "flag" for name in config.given if name in RESUMABLE})
         spec = parse_cfg_text(resume_state["cfg_text"], f"{config.resume}:cfg_text")
@@ -173,7 +186,8 @@ def choose_input_pipeline(run: Run) -> None:
     choice = None
     if run.env.is_main:
         choice = auto_pipeline(requested, run.config.data, run.spec, resolved.augment, resolved.mini_batch,
-                               run.device, run.env.world_size, resolved.multiscale, log=run.say)
+                               run.device, run.env.world_size, resolved.multiscale, log=run.say,
+                               scans=run.data_scans())
     choice = distributed.broadcast_object(choice)
     for line in choice.lines():
         run.say(line)
@@ -229,7 +243,7 @@ def load_data(run: Run, mini_batch: int) -> RunData:
 
     def build() -> RunData:
         return build_loaders(run.resolved, mini_batch, env.rank, env.world_size, log=run.say,
-                             report=run.run_dir / "scan_report.txt")
+                             report=run.run_dir / "scan_report.txt", scans=run.data_scans())
 
     ready = run.run_dir / f".data-ready-node{env.rank - env.local_rank}"
     return distributed.once_per_node(env, ready, build) or build()
@@ -305,10 +319,7 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
     for module in model.modules():
         if isinstance(module, torch.nn.BatchNorm2d) and runtime.bn_momentum is not None:
             module.momentum = runtime.bn_momentum
-        if isinstance(module, DarknetBatchNorm2d):
-            module.darknet_training = runtime.bn_train == "darknet"
-        if hasattr(module, "darknet_arithmetic"):  # ConvBlock, DarknetBatchNorm2d
-            module.darknet_arithmetic = runtime.arithmetic == "darknet"
+    prepare_model(model, runtime)  # Darknet's modules where the run asks for them (train/engines.py)
     if runtime.sync_bn and env.enabled:
         model = distributed.convert_sync_batchnorm(model, device)
     model.to(device)
@@ -342,45 +353,5 @@ def build_state(resolved: ResolvedRun, env: distributed.DistEnv, device: torch.d
         device_ids = [device.index] if device.type == "cuda" else None
         state.ddp = DistributedDataParallel(model, device_ids=device_ids)
     state.forward = torch.compile(state.ddp or model) if runtime.compile else state.ddp
-    exact = runtime.arithmetic == "darknet"
-    reasons = _not_darknet_step(config, state, device, amp_dtype, env) if exact else []
-    if not exact or reasons:  # a resumed run's buffers of Darknet's step, if any
-        momentum_from_darknet(state.optimizer, state.images_per_iteration * env.world_size)  # the cfg's batch
-    if exact:
-        if reasons:
-            say("--arithmetic darknet: the forward pass in Darknet's float operations, the backward pass "
-                f"PyTorch's ({'; '.join(reasons)}: Darknet's own step needs --config darknet's settings)")
-        else:
-            state.darknet_step = DarknetStep(model, state.optimizer, state.images_per_iteration)
-            lost = overwritten_deltas(model)
-            if lost:
-                say(f"note: --arithmetic darknet: as Darknet's CPU code, the gradient that a later route or "
-                    f"shortcut sends into layer{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} is "
-                    "overwritten where the next layer is a 1x1 convolution (docs/DARKNET_TRAINING.md, item "
-                    "15); --arithmetic torch keeps it")
+    state.step = choose_step(config, state, device, amp_dtype, env, say)  # once (train/engines.py)
     return state
-
-
-def _not_darknet_step(config: TrainConfig, state: TrainState, device: torch.device, amp_dtype,
-                      env: distributed.DistEnv) -> list[str]:
-    """What keeps a run with ``--arithmetic darknet`` from Darknet's whole step (train/darknet_step.py):
-    settings that Darknet's loss or update do not have, and layers it does not transcribe."""
-    runtime, loss_fn = config.runtime, state.loss_fn
-    checks = [
-        (device.type != "cpu", f"device {device.type}"),
-        (amp_dtype is not None, "mixed precision"),
-        (env.world_size > 1, "several processes"),
-        (runtime.bn_train != "darknet", f"--bn-train {runtime.bn_train}"),
-        (runtime.clip_norm > 0, f"--clip-norm {runtime.clip_norm:g}"),
-        (runtime.freeze > 0, f"--freeze {runtime.freeze}"),
-        (state.plan is not None and state.plan.optimizer.name != "sgd", "an optimizer other than SGD"),
-        (any(loss_fn.box_kind(head) != "darknet" for head in loss_fn.heads), "a box loss other than darknet"),
-        (loss_fn.obj_iou, "--obj-iou"),
-        (loss_fn.iou_thresh not in (None, 1.0) or loss_fn.anchor_ratio > 0, "extra anchors per box"),
-        (bool(loss_fn.label_smoothing), "--label-smoothing"),
-        (tuple(loss_fn.gains) != (1.0, 1.0, 1.0), "loss gains"),
-        (config.data_args.unreviewed == "ignore", "--unreviewed ignore"),
-    ]
-    reasons = [why for failed, why in checks if failed]
-    layer = unsupported(state.model)
-    return reasons + ([layer] if layer else [])

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from turboyolo.assets import ASSETS
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.devices import amp_dtype_for, resolve_device
-from turboyolo.errors import ConfigError
+from turboyolo.errors import ConfigError, FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
-from turboyolo.options import MAX_CANDIDATES, MAX_DET, amp_option, device_option, option, require
+from turboyolo.options import (
+    amp_option,
+    check_img_size,
+    device_option,
+    img_size_option,
+    max_candidates_option,
+    max_det_option,
+    option,
+    require,
+)
+from turboyolo.train.config import EvalArgs, checked
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import (
     BACKENDS,
@@ -24,6 +34,9 @@ from turboyolo.train.metrics import (
     EvalResult,
 )
 
+EVAL_OPTIONS = tuple(f.name for f in fields(EvalArgs))  # what a checkpoint's stored eval group may hold
+KERNELS = ("torch", "tuned")
+
 
 @dataclass
 class TestArgs:
@@ -32,8 +45,7 @@ class TestArgs:
     __test__ = False  # not a pytest test class
 
     split: str = option("val", "which split to evaluate", choices=("val", "train"))
-    img_size: int | None = option(None, "network input side (default: a checkpoint's --val-img-size, else "
-                                  "the cfg's width)", type=int)
+    img_size: int | None = img_size_option("a checkpoint's --val-img-size, else the cfg's width")
     batch_size: int = option(16, "images per forward pass", "-b", "--batch-size", type=int)
     workers: int | None = option(None, "loader workers", "--n-cpu", "--workers", type=int)
     iou_thres: float | None = option(None, "IoU a detection needs with a ground truth to count as found in "
@@ -44,22 +56,21 @@ class TestArgs:
                                       type=float)
     nms_thres: float | None = option(None, "IoU of per-class NMS (default: a checkpoint's, else "
                                      f"{EVAL_NMS_THRES})", type=float)
-    max_det: int = option(MAX_DET, "detections kept per image, the best-scoring (AP sees these)", type=int)
-    max_candidates: int = option(MAX_CANDIDATES, "boxes x classes per image that NMS examines, the "
-                                 "best-scoring first", type=int)
+    max_det: int = max_det_option()
+    max_candidates: int = max_candidates_option()
     device: str = device_option()
     amp: str = amp_option()
     backend: str = option("builtin", "what computes COCO's AP: builtin (vectorised, pycocotools' matching "
                           "and accumulation), pycocotools (the official numbers) or faster-coco-eval",
                           choices=BACKENDS)
+    kernels: str = option("torch", "the network's convolutions: torch (PyTorch's public modules: the same "
+                          "digits every run) or tuned (CPU, float32: each layer on its fastest kernel there, "
+                          "as detect --backend tuned; docs/DETECT.md)", choices=KERNELS)
     rect: bool = option(False, "batches of similar aspect ratio, each letterboxed to its own rectangle",
                         action="store_true")
-    verbose: bool = option(False, "accepted (the table is always printed)", "-v", "--verbose",
-                           action="store_true")
 
     def __post_init__(self) -> None:
-        require(self.img_size is None or (self.img_size >= 32 and self.img_size % 32 == 0),
-                "--img-size must be a multiple of 32")
+        check_img_size(self.img_size)
         require(self.iou_thres is None or 0 < self.iou_thres <= 1, "--iou-thres must be in (0, 1]")
         require(self.conf_thres is None or 0 <= self.conf_thres < 1, "--conf-thres must be in [0, 1)")
         require(self.nms_thres is None or 0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
@@ -107,7 +118,7 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     """
     options, data = request.test, request.data
     spec, weights, state = _model_spec(request)
-    run_eval = eval_settings(state)
+    run_eval = eval_settings(state, weights)
     size = options.img_size
     if not size and run_eval.get("val_img_size"):  # evaluate where the run evaluated
         size = run_eval["val_img_size"]
@@ -120,6 +131,12 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     model = build_model(spec, weights)
     log(f"loaded {weights}")
     device = resolve_device(options.device)
+    amp_dtype = amp_dtype_for(device, options.amp)
+    tuned = options.kernels == "tuned"
+    if tuned and (device.type != "cpu" or amp_dtype is not None):
+        raise FlagError(f"--kernels tuned runs float32 on the CPU; this run evaluates on {device}"
+                        f"{' under --amp' if amp_dtype is not None else ''}: use --kernels torch, or "
+                        "--device cpu --amp off")
     model.to(device)
     # labels are checked against the model's classes when the data set names none
     numbered = None if load_data_config(data).names else [str(k) for k in range(model.num_classes)]
@@ -132,10 +149,9 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
                           "use the data set the weights were trained for, or a cfg with its class count")
     loader = build_loader(scan.samples, img_size=spec.net.width, batch_size=options.batch_size, augment=None,
                           workers=options.workers, shuffle=False, rect=options.rect)
-    # an inference copy: batch norm folded into the convolutions; on the CPU channels_last and each
-    # layer's fastest kernel there
-    amp_dtype = amp_dtype_for(device, options.amp)
-    model = model.inference_copy_for(device, autocast=amp_dtype)
+    # an inference copy: batch norm folded into the convolutions; on the CPU channels_last (--kernels
+    # tuned: each layer's fastest kernel there)
+    model = model.inference_copy_for(device, autocast=amp_dtype, tuned=tuned, say=log)
     result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
                          **thresholds, max_det=options.max_det, max_candidates=options.max_candidates,
                          amp_dtype=amp_dtype, backend=options.backend)
@@ -144,14 +160,26 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
     return TestReport(result, names)
 
 
-def eval_settings(state: dict | None) -> dict:
+def eval_settings(state: dict | None, source: str | Path = "the checkpoint") -> dict:
     """The evaluation settings a checkpoint's run used (its resolved ``eval`` group; ``{}`` for Darknet
-    weights): ``turboyolo test`` of a run's weights reads them as the run's own evaluations did."""
+    weights): ``turboyolo test`` of a run's weights reads them as the run's own evaluations did.
+
+    Raises:
+        WeightsError: the stored config (or its ``eval``) is not a mapping of options (``source`` named).
+        ConfigError, FlagError: a stored value of the wrong type or range (the key named).
+    """
     saved = (state or {}).get("config") or {}
+    if not isinstance(saved, dict) or not isinstance(saved.get("eval") or {}, dict):
+        what = saved if not isinstance(saved, dict) else saved.get("eval")
+        part = "config" if not isinstance(saved, dict) else "config's eval section"
+        raise WeightsError(f"{source}: damaged checkpoint: its stored {part} is {type(what).__name__} "
+                           f"{str(what)[:40]!r}, not a mapping of options; use another checkpoint of the run "
+                           "(weights/best.pt or last.pt), or its .weights with --cfg")
     settings = dict(saved.get("eval") or {})
     if saved.get("val_img_size"):  # turboyolo 0.1: flat
         settings.setdefault("val_img_size", saved["val_img_size"])
-    return {key: value for key, value in settings.items() if value is not None}
+    settings = {key: value for key, value in settings.items() if value is not None and key in EVAL_OPTIONS}
+    return checked(settings, f"{source} (its config)")
 
 
 def _model_spec(request: TestRequest) -> tuple[ModelSpec, Path, dict | None]:

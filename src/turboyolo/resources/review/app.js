@@ -2,7 +2,11 @@
 // original image (what the label file holds), whatever size of picture is on screen.
 "use strict";
 
-const TOKEN = new URLSearchParams(location.search).get("t") || "";
+// the token: the server writes it into the page; the address bar loses it (history, screen shares), and
+// a reload is let in by the cookie the first answer set. Requests that change anything send it in a header.
+const TOKEN = document.querySelector('meta[name="turboyolo-token"]').content;
+if (new URLSearchParams(location.search).has("t")) history.replaceState(null, "", location.pathname);
+const TOKEN_HEADER = "X-Turboyolo-Token";
 const COLORS = ["#4caf50", "#03a9f4", "#e91e63", "#ffeb3b", "#9c27b0", "#ff5722", "#00bcd4", "#cddc39",
   "#795548", "#f44336"];
 const $ = (id) => document.getElementById(id);
@@ -15,13 +19,14 @@ const S = {
 // what the bench and the tests read: when each picture was on screen (ms since the page started)
 window.review = { S, shown: [], errors: [] };
 
-function url(path, params = {}) {
+function url(path, params = {}) {  // pictures: an <img> sends no header, so its URL has the token
   const q = new URLSearchParams({ ...params, t: TOKEN });
   return `${path}?${q}`;
 }
 function keyPath(key) { return key.split("/").map(encodeURIComponent).join("/"); }
-async function getJSON(path, params) {
-  const response = await fetch(url(path, params));
+async function getJSON(path, params = {}) {
+  const query = new URLSearchParams(params).toString();
+  const response = await fetch(query ? `${path}?${query}` : path, { headers: { [TOKEN_HEADER]: TOKEN } });
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
@@ -355,8 +360,8 @@ async function saveNow() {
   S.busy = true;
   try {
     const item = current(), sent = JSON.stringify(S.rows);
-    const response = await fetch(url(`/api/labels/${keyPath(item.key)}`), {
-      method: "POST", headers: { "Content-Type": "application/json" },
+    const response = await fetch(`/api/labels/${keyPath(item.key)}`, {
+      method: "POST", headers: { "Content-Type": "application/json", [TOKEN_HEADER]: TOKEN },
       body: JSON.stringify({ rows: S.rows, base: S.base }),
     });
     const body = await response.json();

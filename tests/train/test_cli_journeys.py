@@ -61,10 +61,7 @@ def test_files_broken_before_and_after_the_scan_are_named_in_the_output_and_the_
     assert all(name in report for name in ("train3.png", "train1.png", "val0.png")), report
 
 
-def test_resume_takes_an_explicit_epochs_and_nothing_else(tmp_path, capsys):
-    data = make_dataset(tmp_path / "data", 4, 2)
-    cfg = micro_cfg(tmp_path / "micro.cfg", batch=2)
-    assert _train(cfg, data, tmp_path / "runs", "--epochs", "1") == 0
+def test_resume_takes_an_explicit_epochs_and_nothing_else(tmp_path, capsys, trained_run_copy):
     last = tmp_path / "runs" / "exp" / "weights" / "last.pt"
     assert torch.load(last, weights_only=True)["epoch"] == 1
     capsys.readouterr()

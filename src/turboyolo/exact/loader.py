@@ -3,7 +3,7 @@
 Darknet draws every iteration's ``batch`` images as random entries of the training list, with replacement
 (``get_random_paths``: ``rand() % m`` per slot), so a list shorter than the batch still fills it and an
 entry listed twice is drawn twice as often; each image goes through ``load_data_detection``
-(:mod:`turboyolo.data.darknet_augment`) at full resolution, and the network receives the float32 result
+(:mod:`turboyolo.exact.augment`) at full resolution, and the network receives the float32 result
 (no uint8 rounding on the way: :func:`turboyolo.data.loader.move_to_device` passes float batches on).
 
 Here each mini-batch draws its ``mini_batch`` entries i.i.d. uniformly from (seed, epoch, rank, batch),
@@ -20,11 +20,11 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from turboyolo.data.darknet_augment import DarknetAugment, Draws, darknet_sample
 from turboyolo.data.decode import decode_image
 from turboyolo.data.loader import DetectionDataset, DetectionLoader, ImageMeta
 from turboyolo.data.scan import Sample
 from turboyolo.errors import DataError
+from turboyolo.exact.augment import DarknetAugment, Draws, darknet_sample
 
 
 class DarknetBatchSampler(torch.utils.data.Sampler):

@@ -36,25 +36,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turboyolo.model import darknet_arithmetic
+from turboyolo.exact import arithmetic as darknet_arithmetic
+from turboyolo.exact.modules import batch_statistics
 from turboyolo.model.darknet import Darknet, HeadInfo
-from turboyolo.model.layers import (
-    ConvBlock,
-    DarknetMaxPool,
-    Route,
-    Shortcut,
-    Upsample,
-    YoloHead,
-    batch_statistics,
-)
-from turboyolo.train.optim import Schedule, lr_at
+from turboyolo.model.layers import ConvBlock, DarknetMaxPool, Route, Shortcut, Upsample, YoloHead
 
 F32 = np.float32
 UPDATES = "darknet_updates"  # the optimizer state key of a parameter's Darknet momentum buffer
@@ -367,10 +359,12 @@ def yolo_deltas(raw: np.ndarray, head: HeadInfo, truths: list[np.ndarray], net_h
 # ------------------------------------------------------------------------------------ the step
 
 
-def darknet_rate(schedule: Schedule, iteration: int) -> np.float32:
+def darknet_rate(schedule, iteration: int, rate_at: Callable[[object, int], float] | None = None
+                 ) -> np.float32:
     """``get_current_rate`` in its float arithmetic (float rate, the C library's double ``pow``) for
-    burn-in and pjreddie's ``constant``, ``steps``, ``step`` and ``poly``; turboyolo's own ``cosine`` and
-    ``linear`` (not Darknet's) through :func:`lr_at`, rounded to float."""
+    burn-in and pjreddie's ``constant``, ``steps``, ``step`` and ``poly`` (``schedule``: a
+    :class:`turboyolo.train.optim.Schedule`); turboyolo's own ``cosine`` and ``linear`` (not Darknet's)
+    through ``rate_at`` (the trainer's :func:`turboyolo.train.optim.lr_at`), rounded to float."""
     lr = F32(schedule.learning_rate)
     if iteration < schedule.burn_in:
         ratio = F32(iteration) / F32(schedule.burn_in)
@@ -388,7 +382,9 @@ def darknet_rate(schedule: Schedule, iteration: int) -> np.float32:
     if schedule.policy == "poly":
         left = F32(1) - F32(iteration) / F32(schedule.max_batches)
         return F32(float(lr) * math.pow(float(left), float(F32(schedule.power))))
-    return F32(lr_at(schedule, iteration))
+    if rate_at is None:
+        raise ValueError(f"the {schedule.policy} schedule is turboyolo's own: pass its rate_at")
+    return F32(rate_at(schedule, iteration))
 
 
 def momentum_to_darknet(optimizer: torch.optim.Optimizer, batch: int) -> None:
@@ -412,17 +408,23 @@ def momentum_from_darknet(optimizer: torch.optim.Optimizer, batch: int) -> None:
 
 
 class DarknetStep:
-    """Forward, deltas and backward of one mini-batch, and the iteration's update, as Darknet's C code.
+    """Forward, deltas and backward of one mini-batch, and the iteration's update, as Darknet's C code: a
+    :class:`turboyolo.train.engine.TrainStep` (:meth:`begin`, :meth:`mini_batch`, :meth:`apply`), chosen
+    by :func:`turboyolo.train.engines.choose_step`.
 
     Args:
         model: the network (its parameters and batch-norm statistics are updated in place).
         optimizer: the run's SGD: its ``momentum`` and the decay of its decayed group are Darknet's
             ``momentum`` and ``decay``; the momentum buffers live in its state.
         images_per_iteration: the cfg's ``batch`` (Darknet's ``a.batch``).
+        rate_at: the trainer's rate of a schedule at an iteration, for turboyolo's own policies
+            (:func:`darknet_rate`).
     """
 
-    def __init__(self, model: Darknet, optimizer: torch.optim.Optimizer, images_per_iteration: int):
+    def __init__(self, model: Darknet, optimizer: torch.optim.Optimizer, images_per_iteration: int,
+                 rate_at: Callable[[object, int], float] | None = None):
         self.model, self.optimizer, self.batch = model, optimizer, images_per_iteration
+        self.rate_at = rate_at
         self.heads = {head.layer_index: head for head in model.heads}
         self.decay = F32(max(group["weight_decay"] for group in optimizer.param_groups))
         self.momentum = F32(optimizer.param_groups[0]["momentum"])
@@ -452,6 +454,31 @@ class DarknetStep:
 
     def finite(self) -> bool:
         return all(np.isfinite(self.updates(p)).all() for p in self.params())
+
+    # -- the TrainStep the training loop calls
+
+    def begin(self, state) -> None:
+        """An iteration starts: keep the buffers (an iteration that turns out not finite is undone)."""
+        self.save()
+
+    def mini_batch(self, state, options, x: torch.Tensor, targets: torch.Tensor, metas,
+                   last_micro: bool) -> torch.Tensor:
+        """Darknet's forward, deltas and backward of ``x``; the run's loss terms of its outputs (read,
+        not differentiated: the deltas are Darknet's)."""
+        outputs = self.forward_backward(x, targets)
+        with torch.no_grad():
+            return state.loss_fn(outputs, targets, tuple(x.shape[2:]))[1]
+
+    def apply(self, state, options, terms: torch.Tensor) -> bool:
+        """The update of the iteration (its deltas are in the momentum buffers already) and the EMA's;
+        False, with the buffers as they were, when the loss or a buffer is NaN or inf."""
+        if not (bool(torch.isfinite(terms).all()) and self.finite()):
+            self.restore()
+            return False
+        self.update(state.schedule, state.iteration + 1)
+        if state.ema is not None:
+            state.ema.update(state.model)
+        return True
 
     # -- one mini-batch
 
@@ -588,9 +615,9 @@ class DarknetStep:
     # -- the iteration's update
 
     @torch.no_grad()
-    def update(self, schedule: Schedule, iteration: int) -> None:
+    def update(self, schedule, iteration: int) -> None:
         """``update_convolutional_layer`` for every convolution, at iteration ``iteration`` (1-based)."""
-        rate = darknet_rate(schedule, iteration) / F32(self.batch)
+        rate = darknet_rate(schedule, iteration, self.rate_at) / F32(self.batch)
         decay = -self.decay * F32(self.batch)
         for module in self.model.layers:
             if not isinstance(module, ConvBlock):

@@ -18,11 +18,12 @@ What Darknet computes (checked bit for bit against ``libdarknet.so``'s layer out
   double, rounded to float; then ``* scale``, ``+ bias`` in float32;
 * leaky ReLU: ``.1 * x`` in double, rounded to float.
 
-These are the forward pieces. With ``--config darknet``'s settings, train/darknet_step.py runs them with
-Darknet's deltas, backward and update (the whole step equal to the binary's); otherwise the modules use
-them in their forward and autograd's gradients are the usual ones (their rounding moves an update by ~1e-6
-of its scale, not by a slope). Slow: the convolution is a loop over K (some 100x PyTorch's kernels on the
-CPU); meant for checking against Darknet and for Darknet-exact runs of small models.
+These are the forward pieces. With ``--config darknet``'s settings, :mod:`turboyolo.exact.step` runs them
+with Darknet's deltas, backward and update (the whole step equal to the binary's); otherwise the modules
+that carry them (:mod:`turboyolo.exact.modules`, swapped into the network's blocks) use them in their
+forward and autograd's gradients are the usual ones (their rounding moves an update by ~1e-6 of its scale,
+not by a slope). Slow: the convolution is a loop over K (some 100x PyTorch's kernels on the CPU); meant
+for checking against Darknet and for Darknet-exact runs of small models.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def ordered_sum_of_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def conv_forward(conv: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """``conv(x)`` in Darknet's arithmetic (its bias, if any, added after the sum)."""
     if conv.groups != 1 or conv.dilation != (1, 1) or x.dtype != torch.float32:
-        return conv(x)  # not a pjreddie yolov3 convolution: PyTorch's own
+        # not a pjreddie yolov3 convolution: PyTorch's own
+        return F.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
     out = DarknetConvFunction.apply(x, conv.weight, conv.stride[0], conv.padding[0])
     return out if conv.bias is None else out + conv.bias.view(1, -1, 1, 1)
 

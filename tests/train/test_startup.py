@@ -1,0 +1,51 @@
+"""What a run's start costs at any data-set size: each split scanned once, the pipeline measurement's
+inputs computed without a per-image loop, its prediction printed readably at CPU speeds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from synth import make_dataset, micro_cfg
+from turboyolo.cli import main as cli
+from turboyolo.data import scan as scan_module
+from turboyolo.data.cache import _planned_hw, estimate_bytes
+from turboyolo.data.scan import Sample
+from turboyolo.train.auto import Machine, PipelineChoice, choose_pipeline, rate_text
+
+
+def test_a_start_scans_each_split_once(tmp_path, monkeypatch, isolated_cache):
+    data = make_dataset(tmp_path / "data", 8, 3)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
+    scanned = []
+    scan_images = scan_module.scan_images
+    monkeypatch.setattr(scan_module, "scan_images",
+                        lambda images, *a, split="", **k: scanned.append(split) or
+                        scan_images(images, *a, split=split, **k))
+    code = cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                "--epochs", "1", "--evaluation-interval", "0", "--checkpoint-interval", "0",
+                "--max-batches", "1"])  # --cache, --augment-on, --workers auto: the pipeline is measured
+    assert code == 0
+    assert sorted(scanned) == ["train", "val"]  # the measurement and the loaders share one scan each
+
+
+def test_the_cache_estimate_is_target_sizes_arithmetic_for_every_sample():
+    rng = np.random.default_rng(0)
+    samples = [Sample(None, np.zeros((0, 5), np.float32), (int(h), int(w)))
+               for h, w in rng.integers(1, 5000, (500, 2))]
+    samples += [Sample(None, np.zeros((0, 5), np.float32), hw) for hw in ((1, 1), (3, 7000), (416, 416))]
+    for size in (32, 320, 416, 1280):
+        assert estimate_bytes(samples, size) == sum(3 * np.prod(_planned_hw(s, size)) for s in samples)
+    assert estimate_bytes([], 416) == 0
+
+
+def test_a_slow_cpu_step_prints_its_rate_not_zero():
+    assert [rate_text(r) for r in (0, 0.0004, 0.4, 3.14, 9.96, 10, 1234.5)] == [
+        "0", "0.0004", "0.4", "3.1", "10", "10", "1,234"]
+    machine = Machine(cores=2, free_ram=2**36, free_disk=2**40, device="cpu")
+    from turboyolo.train.auto import ImageCosts
+
+    choice = choose_pipeline({"cache": ("auto", "default"), "augment_on": ("auto", "default"),
+                              "workers": (None, "default")}, ImageCosts(cold_s=0.002, warm_s=0.001),
+                             machine, 2.5, 2**30, None)  # 2.5 s of CPU step per image
+    assert isinstance(choice, PipelineChoice)
+    assert choice.lines()[-1].endswith("0.4 images/s")
