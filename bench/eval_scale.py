@@ -16,9 +16,13 @@ docs/PERFORMANCE.md):
   of each phase of the evaluation loop on the first ``--old-subset`` images (loading with no workers,
   inference, decode + NMS with 300 per image, the metric phase with the tree's default backend);
 - ``test``: ``python -m turboyolo test`` on the split (or its first ``--old-subset`` images), one fresh
-  process, with this source tree or ``--old-src``, torch's default threads (or ``OMP_NUM_THREADS=1``
-  in the ``1 thread`` runs, which ``--only`` names); its wall and CPU seconds (the process and its
-  loader workers, ``wait4``), peak RSS, and the ``speed:`` / ``caps:`` lines it printed;
+  process, with this source tree or ``--old-src``, its default threads (or ``OMP_NUM_THREADS`` = every
+  core, torch's default, in the ``every core`` runs, which ``--only`` names); its wall and CPU seconds
+  (the process and its loader workers, ``wait4``), peak RSS, and the ``speed:`` / ``caps:`` lines it
+  printed;
+- ``threads``: on the first ``--threads-subset`` images, back to back, ``--rounds`` times: ``turboyolo
+  test`` of the everywhere model by default, on every core, on every core with ``--workers 0``, and
+  Ultralytics' val (what decides the CPU's intra-op threads of ``turboyolo test``);
 - ``metrics``: ``evaluate_detections`` alone (COCO AP, P/R/F1, curves, confusion matrix, as after
   every evaluation) on synthetic detections, 300 per image over 5,000 images, one fresh process per
   backend;
@@ -122,7 +126,7 @@ def timed(command: list[str], env: dict | None = None, cwd: Path | None = None) 
 
 def run_test(data: Path, weights: Path, src: Path, extra: list[str], threads: int | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    if threads:  # torch's intra-op threads (its default: every core)
+    if threads:  # torch's intra-op threads (turboyolo test's default on the CPU: cores - 1)
         env["OMP_NUM_THREADS"] = str(threads)
     command = [sys.executable, "-m", "turboyolo", "test", "--weights", str(weights), "--data", str(data),
                "--img-size", str(IMG_SIZE), "--batch-size", str(BATCH), "--device", "cpu", *extra]
@@ -266,6 +270,24 @@ def run_ultralytics(python: str, data: Path) -> dict:
     return result
 
 
+def threads(out: Path, args: argparse.Namespace, record) -> None:
+    """``turboyolo test`` by default, on every core, on every core without loader workers, and
+    Ultralytics' val, back to back on the first ``--threads-subset`` images, ``--rounds`` times."""
+    count = args.threads_subset
+    data = subset(out, count)
+    ultra = out / f"ultra{count}.yaml"
+    ultra.write_text(data.read_text())
+    cores = os.cpu_count()
+    for round_index in range(args.rounds):
+        for name, extra, count_threads in (("default", [], None), ("every core", [], cores),
+                                           ("every core, --workers 0", ["--workers", "0"], cores)):
+            record(f"threads {count} round {round_index}: turboyolo {name}",
+                   run_test(data, out / "everywhere.pt", SRC, extra, count_threads))
+        if args.ultra_python:
+            result = {**run_ultralytics(args.ultra_python, ultra), "images": count}
+            record(f"threads {count} round {round_index}: ultralytics", result)
+
+
 # -------------------------------------------------------------------------------------------- table
 def row(name: str, r: dict) -> str:
     if r.get("rc"):
@@ -281,7 +303,7 @@ def row(name: str, r: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("all", "generate", "models", "phases", "test", "metrics",
-                                         "metrics-child", "phases-child", "ultralytics"))
+                                         "metrics-child", "phases-child", "ultralytics", "threads"))
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("/tmp/evalscale"))
     parser.add_argument("--images", type=int, default=5000)
@@ -290,6 +312,8 @@ def main() -> None:
     parser.add_argument("--ultra-python", help="python of a venv with ultralytics 8.4.190")
     parser.add_argument("--skip", nargs="*", default=[], help="steps of `all` to leave out")
     parser.add_argument("--only", nargs="*", default=[], help="the `test` runs to do (default: all of them)")
+    parser.add_argument("--threads-subset", type=int, default=1000, help="images of the `threads` runs")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of the `threads` runs")
     args = parser.parse_args()
     if args.step == "metrics-child":
         metrics_child(args.rest[0], int(args.rest[1]), int(args.rest[2]))
@@ -325,8 +349,8 @@ def main() -> None:
         runs = {  # name: (data, weights, source tree, intra-op threads)
             "new everywhere": (out / "data.yaml", "everywhere", SRC, None),
             "new few": (out / "data.yaml", "few", SRC, None),
-            "new everywhere, 1 thread": (out / "data.yaml", "everywhere", SRC, 1),
-            "new few, 1 thread": (out / "data.yaml", "few", SRC, 1),
+            "new everywhere, every core": (out / "data.yaml", "everywhere", SRC, os.cpu_count()),
+            "new few, every core": (out / "data.yaml", "few", SRC, os.cpu_count()),
         }
         if args.old_src:
             first = subset(out, args.old_subset)
@@ -334,8 +358,10 @@ def main() -> None:
                          "new everywhere, first images": (first, "everywhere", SRC, None),
                          "old few": (out / "data.yaml", "few", args.old_src, None)})
         for name, (data, weights, src, threads) in runs.items():
-            if (not args.only and "thread" not in name) or name in args.only:
+            if (not args.only and "every core" not in name) or name in args.only:
                 record(name, run_test(data, out / f"{weights}.pt", src, [], threads))
+    if "threads" in steps:
+        threads(out, args, record)
     if "metrics" in steps:
         for backend in ("builtin", "faster-coco-eval", "pycocotools"):
             record(f"metrics {backend}", run_metrics(backend, SRC, 5000, 300))

@@ -60,3 +60,30 @@ def test_the_candidate_cap_is_reported_where_it_changes_the_output(box_everywher
 def test_nothing_is_said_when_no_cap_bites(box_everywhere, capsys):
     out = run_test(capsys, *box_everywhere)  # 120 candidates per image: under both default caps
     assert "caps:" not in out and "speed: " in out
+
+
+@pytest.mark.parametrize("cores, omp, during", [(3, None, 2), (1, None, 1), (3, "3", 5)])
+def test_the_cpu_forward_leaves_a_core_to_the_loader(box_everywhere, capsys, monkeypatch, cores, omp, during):
+    """On the CPU the evaluation runs on cores - 1 intra-op threads (at least 1), unless OMP_NUM_THREADS
+    is set; the caller's thread count is back afterwards."""
+    from turboyolo import devices
+    from turboyolo.train import testing
+
+    monkeypatch.setattr(devices, "usable_cpus", lambda: cores)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    if omp:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    seen, evaluate = [], testing.evaluate
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(testing, "evaluate", recording)
+    before = torch.get_num_threads()
+    torch.set_num_threads(5)
+    try:
+        run_test(capsys, *box_everywhere)
+        assert seen == [during] and torch.get_num_threads() == 5
+    finally:
+        torch.set_num_threads(before)

@@ -9,7 +9,7 @@ from pathlib import Path
 from turboyolo.assets import ASSETS
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
-from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.devices import amp_dtype_for, evaluation_threads_on, resolve_device
 from turboyolo.errors import ConfigError, FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
@@ -151,10 +151,11 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
                           workers=options.workers, shuffle=False, rect=options.rect)
     # an inference copy: batch norm folded into the convolutions; on the CPU channels_last (--kernels
     # tuned: each layer's fastest kernel there)
-    model = model.inference_copy_for(device, autocast=amp_dtype, tuned=tuned, say=log)
-    result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         **thresholds, max_det=options.max_det, max_candidates=options.max_candidates,
-                         amp_dtype=amp_dtype, backend=options.backend)
+    with evaluation_threads_on(device):  # on the CPU one core left to the loader (devices.py says why)
+        model = model.inference_copy_for(device, autocast=amp_dtype, tuned=tuned, say=log)
+        result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
+                             **thresholds, max_det=options.max_det, max_candidates=options.max_candidates,
+                             amp_dtype=amp_dtype, backend=options.backend)
     if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
         log(loader.dropped_summary())
     return TestReport(result, names)
