@@ -23,7 +23,7 @@ import numpy as np
 from turboyolo.data.decode import load_image
 from turboyolo.infer.predict import PredictArgs, Prediction, Predictor
 from turboyolo.infer.tiling import TileOptions
-from turboyolo.options import CONF_THRES, NMS_THRES
+from turboyolo.options import CONF_THRES, MAX_CANDIDATES, MAX_DET, NMS_THRES
 from turboyolo.train.config import TrainConfig
 from turboyolo.train.fit import FitResult, fit
 
@@ -60,14 +60,17 @@ def detect(
     nms_thres: float = NMS_THRES,
     single_label: bool = False,
     classes: Sequence[int] | None = None,
-    max_det: int | None = None,
+    max_det: int | None = MAX_DET,
+    max_candidates: int | None = MAX_CANDIDATES,
     tile: int | None = None,
     overlap: float = 0.2,
     batch_size: int = 8,
 ) -> list[Prediction]:
     """Detections for one image or a list of images (paths or uint8 RGB arrays), in input order.
 
-    ``classes``: the class indices to keep. ``tile`` (pixels) detects each image on overlapping
+    ``classes``: the class indices to keep. ``max_det``: detections kept per image (the best-scoring);
+    ``max_candidates``: boxes x classes per image that NMS examines, the best-scoring first (``None``:
+    no cap). ``tile`` (pixels) detects each image on overlapping
     full-resolution tiles and merges the boxes (:mod:`turboyolo.infer.tiling`), for images much larger
     than the network input.
     """
@@ -75,7 +78,7 @@ def detect(
     items = [images] if single else list(images)
     arrays = [load_image(item) if isinstance(item, (str, Path)) else np.asarray(item) for item in items]
     args = PredictArgs(conf_thres=conf_thres, nms_thres=nms_thres, single_label=single_label, max_det=max_det,
-                       batch_size=batch_size)
+                       max_candidates=max_candidates, batch_size=batch_size)
     return model.run(arrays, args, classes, TileOptions(tile, overlap) if tile is not None else None)
 
 

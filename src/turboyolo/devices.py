@@ -8,6 +8,8 @@ Every command and the Python API accept the same spellings: ``auto`` (CUDA when 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -22,6 +24,28 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def evaluation_threads() -> int:
+    """Intra-op threads of ``turboyolo test``'s forward pass on the CPU: one core left to the loader
+    workers and the OS (cores - 1, at least 1; Ultralytics' choice on the CPU too). torch's default, a
+    thread per core, makes each operation wait at its barrier for the thread whose core is busy elsewhere
+    (docs/PERFORMANCE.md, "Evaluation at scale"). ``OMP_NUM_THREADS`` in the environment wins."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    return max(1, usable_cpus() - 1)
+
+
+@contextmanager
+def evaluation_threads_on(device: torch.device) -> Iterator[None]:
+    """:func:`evaluation_threads` intra-op threads while inside, on the CPU (other devices: unchanged)."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(evaluation_threads())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def resolve_device(name: str | int | torch.device | None = "auto") -> torch.device:

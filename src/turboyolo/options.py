@@ -9,9 +9,11 @@ absent from the parsed namespace (``argparse.SUPPRESS``): the dataclass default 
 The options several commands share are declared here, once each, with one help text: what a command
 reads (:class:`InputArgs`: ``--cfg``, ``--weights``, ``--data``, added by :func:`add_input_flags`),
 ``--img-size`` (:func:`img_size_option`), ``--device`` (:func:`device_option`), ``--amp``, where a command
-writes (:class:`RunDirArgs`: ``--project``, ``--name``, ``--exist-ok``), as are the detection thresholds
-every detector entry point defaults to (:data:`CONF_THRES`, :data:`NMS_THRES`: Darknet's ``detector
-test`` values).
+writes (:class:`RunDirArgs`: ``--project``, ``--name``, ``--exist-ok``), the caps of every detector's NMS
+(``--max-det``, ``--max-candidates``: :func:`max_det_option`, :func:`max_candidates_option`), as are the
+detection thresholds every detector entry point defaults to (:data:`CONF_THRES`, :data:`NMS_THRES`:
+Darknet's ``detector test`` values) and the caps' defaults (:data:`MAX_DET`, :data:`MAX_CANDIDATES`, as
+COCO and Ultralytics).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from turboyolo.rundir import next_run_dir
 
 CONF_THRES = 0.25  # Darknet's -thresh of `darknet detector test`
 NMS_THRES = 0.45  # Darknet's nms of `darknet detector test`
+MAX_DET = 300  # detections kept per image after NMS (COCO's maxDets, Ultralytics' max_det)
+MAX_CANDIDATES = 30000  # boxes per image NMS may examine, the best-scoring first (Ultralytics' max_nms)
 
 
 def option(default: Any, help: str, *flags: str, shortcuts: dict[str, Any] | None = None,
@@ -68,6 +72,18 @@ def output_file_option(default_is: str):
 def overwrite_option():
     """``--overwrite``: replace the ``-o`` file when it exists (an input is never replaced)."""
     return option(False, "replace the -o file if it exists (never one of the inputs)", action="store_true")
+
+
+def max_det_option():
+    """``--max-det``: detections kept per image after NMS, the best-scoring (detect, label, test)."""
+    return option(MAX_DET, "detections kept per image after NMS, the best-scoring (test: AP sees these)",
+                  type=int)
+
+
+def max_candidates_option():
+    """``--max-candidates``: boxes x classes per image that NMS examines (detect, label, test)."""
+    return option(MAX_CANDIDATES, "boxes x classes per image that NMS examines, the best-scoring first",
+                  type=int)
 
 
 def device_option(default: str = "auto"):

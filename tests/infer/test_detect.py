@@ -168,6 +168,18 @@ def test_detect_writes_three_outputs_mirroring_paths(tmp_path, tiny_model_files)
     assert 0 <= x and 0 <= y and x + w <= 50.001 and y + h <= 70.001 and one["category_id"] in (0, 1)
 
 
+def test_detect_says_where_the_nms_caps_bit(tmp_path, tiny_model_files, capsys):
+    cfg, weights, names = tiny_model_files  # every cell fires: 60 anchors x 2 classes of candidates
+    for seed in range(3):
+        _write_photo(tmp_path / "src" / f"{seed}.jpg", seed=seed)
+    run = _detect(tmp_path, tmp_path / "src", "--cfg", cfg, "--weights", weights, "--save-txt",
+                  "--max-det", 2)
+    assert "note: caps: 2 detections (--max-det) reached on 3 of 3 images" in capsys.readouterr().err
+    assert all(len(np.loadtxt(path, ndmin=2)) == 2 for path in (run / "labels").glob("*.txt"))
+    _detect(tmp_path, tmp_path / "src", "--cfg", cfg, "--weights", weights, "--exist-ok")  # under both caps
+    assert "caps:" not in capsys.readouterr().err
+
+
 def test_second_run_gets_new_directory(tmp_path, tiny_model_files):
     cfg, weights, names = tiny_model_files
     img = _write_photo(tmp_path / "one.jpg")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -248,7 +249,9 @@ def test_evaluation_leaves_its_pictures_and_per_class_rows_at_iou_thres(tmp_path
     data = make_dataset(tmp_path / "data", 2, 2, num_classes=2)
     cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2, batch=2)
     run = fit(_config(cfg, data, tmp_path / "runs", epochs=1, evaluation_interval=1, iou_thres=0.3)).run_dir
-    assert "IoU 0.3" in capsys.readouterr().out  # the P / R / best-F1 line says where it matched
+    out = capsys.readouterr().out
+    assert "IoU 0.3" in out  # the P / R / best-F1 line says where it matched
+    assert re.search(r"speed: [\d.]+ ms inference, [\d.]+ ms decode\+NMS, .* metrics [\d.]+ s", out)
     rows = read_results(run / "per_class.csv")
     assert [(r["epoch"], r["class"]) for r in rows] == [("1", "c0"), ("1", "c1")]
     assert {"labels.jpg", "train_batch0.jpg", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png",

@@ -226,6 +226,8 @@ def run_detect(request: DetectRequest) -> DetectReport:
         for source in videos:
             _detect_video(source, video_rel[source], predictor, request, wanted, writer, report)
         writer.close(report.skipped)
+    if predictor.caps.summary():  # the images where --max-det or --max-candidates changed the output
+        report.notes.append(predictor.caps.summary())
     return report
 
 

@@ -25,13 +25,17 @@ from turboyolo.infer.backends import BACKENDS, make_runner
 from turboyolo.infer.tiling import TileOptions, detect_tiled
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import build_model, resolve_model
-from turboyolo.model.postprocess import decode, nms_options, postprocess
+from turboyolo.model.postprocess import CapCounts, decode, nms_options, postprocess
 from turboyolo.options import (
     CONF_THRES,
+    MAX_CANDIDATES,
+    MAX_DET,
     NMS_THRES,
     device_option,
     img_size_option,
     img_size_pair,
+    max_candidates_option,
+    max_det_option,
     option,
     require,
 )
@@ -47,7 +51,8 @@ class PredictArgs:
     class_filter: list[str] | None = option(None, "keep only these classes (names or indices)", nargs="+")
     single_label: bool = option(False, "one class per box (the best), not Darknet's multi-label",
                                 action="store_true")
-    max_det: int | None = option(None, "cap detections per image", type=int)
+    max_det: int | None = max_det_option()
+    max_candidates: int | None = max_candidates_option()
     device: str = device_option()
     half: bool = option(False, "fp16 on CUDA (bf16 on CPU)", action="store_true")
     batch_size: int = option(8, "images per forward pass", "-b", "--batch-size", type=int)
@@ -62,6 +67,8 @@ class PredictArgs:
             require(0 <= value <= 1, f"{flag} must lie in [0, 1], got {value}")
         require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
         require(self.max_det is None or self.max_det >= 1, f"--max-det must be >= 1, got {self.max_det}")
+        require(self.max_candidates is None or self.max_candidates >= 1,
+                f"--max-candidates must be >= 1, got {self.max_candidates}")
         if self.class_filter is not None:
             self.class_filter = [str(item) for item in self.class_filter]
 
@@ -224,6 +231,7 @@ class Predictor:
                 f"{model.max_stride} for this network"
             )
         self.runner = make_runner(backend, self.model, self.device, self.dtype, self.img_size, say)
+        self.caps = CapCounts()  # where --max-det and --max-candidates changed the output, over every call
 
     @classmethod
     def load(cls, weights: str | Path, cfg: str | Path | None = None, *, device: str | None = "auto",
@@ -246,9 +254,10 @@ class Predictor:
         nms_thres: float = NMS_THRES,
         multi_label: bool = True,
         classes: Sequence[int] | None = None,
-        max_det: int | None = None,
+        max_det: int | None = MAX_DET,
+        max_candidates: int | None = MAX_CANDIDATES,
     ) -> list[Prediction]:
-        """Detect on uint8 RGB ``[H, W, 3]`` arrays, one batch."""
+        """Detect on uint8 RGB ``[H, W, 3]`` arrays, one batch (``None`` caps: none)."""
         if not images:
             return []
         net_w, net_h = self.img_size
@@ -264,7 +273,9 @@ class Predictor:
             multi_label=multi_label,
             classes=classes,
             max_det=max_det,
+            max_candidates=max_candidates,
             letterboxes=letterboxes,
+            caps=self.caps,
             **nms_options(self.model.heads),
         )
         return [
@@ -280,12 +291,14 @@ class Predictor:
 
     def predict_tiled(self, image: np.ndarray, tiles: TileOptions, conf_thres: float = CONF_THRES,
                       nms_thres: float = NMS_THRES, multi_label: bool = True,
-                      classes: Sequence[int] | None = None, max_det: int | None = None,
-                      batch_size: int = 8) -> Prediction:
-        """Detect on one large uint8 RGB image by overlapping full-resolution tiles, merged."""
+                      classes: Sequence[int] | None = None, max_det: int | None = MAX_DET,
+                      batch_size: int = 8, max_candidates: int | None = MAX_CANDIDATES) -> Prediction:
+        """Detect on one large uint8 RGB image by overlapping full-resolution tiles, merged (``max_det``
+        caps the merged detections, not each tile's)."""
 
         def predict(crops: list[np.ndarray]) -> list[Prediction]:
-            return self.predict_arrays(crops, conf_thres, nms_thres, multi_label=multi_label, classes=classes)
+            return self.predict_arrays(crops, conf_thres, nms_thres, multi_label=multi_label, classes=classes,
+                                       max_det=None, max_candidates=max_candidates)
 
         merged = detect_tiled(predict, image, tiles, batch_size=batch_size, nms_thres=nms_thres,
                               max_det=max_det)
@@ -299,7 +312,8 @@ class Predictor:
             tiles: TileOptions | None = None) -> list[Prediction]:
         """Detect on uint8 RGB arrays as ``args`` says (thresholds, labels, cap; ``classes``: the indices of
         its ``class_filter``), in batches of ``args.batch_size``, or tiled when ``tiles`` is given."""
-        kwargs = dict(multi_label=not args.single_label, classes=classes, max_det=args.max_det)
+        kwargs = dict(multi_label=not args.single_label, classes=classes, max_det=args.max_det,
+                      max_candidates=args.max_candidates)
         if tiles is not None:
             return [self.predict_tiled(array, tiles, args.conf_thres, args.nms_thres,
                                        batch_size=args.batch_size, **kwargs) for array in arrays]

@@ -12,7 +12,8 @@ first) and derives from the verdicts:
 - a ``(C + 1) x (C + 1)`` confusion matrix with a background row and column.
 
 Boxes are ``xyxy`` in original-image pixels for detections and YOLO ``(cls, cx, cy, w, h)`` relative
-to the image for ground truth, as the evaluation holds them. IoU is :func:`turboyolo.boxes.box_iou`.
+to the image for ground truth, as the evaluation holds them. The matching is :mod:`turboyolo.train.ap`'s
+(COCO's, vectorised; IoU in pycocotools' arithmetic).
 """
 
 from __future__ import annotations
@@ -22,10 +23,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turboyolo.boxes import box_iou
+from turboyolo.train.ap import (
+    RECALL_POINTS,
+    Pooled,
+    class_score_order,
+    effective_thresholds,
+    greedy_match,
+    group_order,
+    interpolated_precision,
+    match,
+    overlapping_pairs,
+    pool,
+)
 
 CONFIDENCE_POINTS = 1000
-RECALL_POINTS = np.linspace(0.0, 1.0, 101)  # COCO's recall thresholds
 
 
 @dataclass
@@ -91,46 +102,6 @@ class Curves:
         return self.pr.mean(axis=1)
 
 
-def labels_to_xyxy(labels: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
-    """YOLO ``[N, 5]`` (cls, cx, cy, w, h relative) -> float64 ``[N, 4]`` xyxy pixels of an image (h, w)."""
-    labels = np.asarray(labels, dtype=np.float64).reshape(-1, 5)
-    height, width = image_hw
-    cx, cy, w, h = labels[:, 1] * width, labels[:, 2] * height, labels[:, 3] * width, labels[:, 4] * height
-    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-
-
-def _iou(dets_xyxy: np.ndarray, gt_xyxy: np.ndarray) -> np.ndarray:
-    """float64 ``[D, G]`` IoU (in float64 so that ties at the threshold match COCO's)."""
-    return box_iou(np.asarray(dets_xyxy, np.float64).reshape(-1, 4),
-                   np.asarray(gt_xyxy, np.float64).reshape(-1, 4))
-
-
-def _greedy(iou: np.ndarray, allowed: np.ndarray, order: np.ndarray, iou_thres: float,
-            gt_taken: np.ndarray, det_to_gt: np.ndarray) -> None:
-    """COCO's matching: detections in ``order`` each take the free, allowed box of highest IoU.
-
-    ``iou``/``allowed`` are ``[D, G]``; ``gt_taken`` ``[G]`` bool and ``det_to_gt`` ``[D]`` (-1 = none)
-    are updated in place. A match needs ``IoU >= iou_thres`` (COCO caps the threshold at 1 - 1e-10 so
-    that 1.0 means "identical"); on equal IoU the later box wins, as in COCO's loop.
-    """
-    threshold = min(iou_thres, 1 - 1e-10)
-    candidates = allowed & (iou >= threshold)
-    for det in order:
-        if det_to_gt[det] >= 0 or not candidates[det].any():
-            continue
-        free = np.flatnonzero(candidates[det] & ~gt_taken)
-        if not len(free):
-            continue
-        ious = iou[det, free]
-        best = free[len(free) - 1 - int(np.argmax(ious[::-1]))]
-        gt_taken[best] = True
-        det_to_gt[det] = best
-
-
-def _score_order(scores: np.ndarray) -> np.ndarray:
-    return np.argsort(-scores, kind="mergesort")  # COCO's stable order: equal scores keep input order
-
-
 def match_detections(
     detections: Sequence[np.ndarray],
     labels: Sequence[np.ndarray],
@@ -152,30 +123,17 @@ def match_detections(
     pycocotools' AP@0.5 (crowd boxes and area ranges aside, which YOLO labels do not have); detections
     are assumed capped per image as the evaluator's ``max_det`` caps them.
     """
-    scores, classes, verdicts = [], [], []
-    gt_counts = np.zeros(num_classes, np.int64)
-    for dets, boxes, hw in zip(detections, labels, image_hw, strict=True):
-        dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)
-        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 5)
-        gt_classes = boxes[:, 0].astype(np.int64)
-        gt_counts += np.bincount(gt_classes, minlength=num_classes)[:num_classes]
-        det_classes = dets[:, 5].astype(np.int64)
-        det_to_gt = np.full(len(dets), -1)
-        if len(dets) and len(boxes):
-            iou = _iou(dets[:, :4], labels_to_xyxy(boxes, hw))
-            same_class = det_classes[:, None] == gt_classes[None, :]
-            _greedy(iou, same_class, _score_order(dets[:, 4]), iou_thres, np.zeros(len(boxes), bool),
-                    det_to_gt)
-        scores.append(dets[:, 4])
-        classes.append(det_classes)
-        verdicts.append(det_to_gt >= 0)
-    return Matches(
-        scores=np.concatenate(scores) if scores else np.zeros(0),
-        classes=np.concatenate(classes) if classes else np.zeros(0, np.int64),
-        true_positive=np.concatenate(verdicts) if verdicts else np.zeros(0, bool),
-        gt_per_class=gt_counts,
-        iou_thres=iou_thres,
-    )
+    return pooled_matches(pool(detections, labels, image_hw, num_classes), iou_thres)
+
+
+def pooled_matches(pooled: Pooled, iou_thres: float = 0.5,
+                   true_positive: np.ndarray | None = None) -> Matches:
+    """:func:`match_detections` of detections and labels already pooled (:func:`turboyolo.train.ap.pool`);
+    ``true_positive``: the verdicts when a caller matched them already."""
+    if true_positive is None:
+        true_positive = match(pooled, [iou_thres])[0][0] >= 0
+    return Matches(scores=pooled.det_scores, classes=pooled.det_classes, true_positive=true_positive,
+                   gt_per_class=pooled.gt_per_class, iou_thres=iou_thres)
 
 
 def counts_at(matches: Matches, conf: float) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +163,10 @@ def f1_score(precision, recall):
     return float(out) if out.ndim == 0 else out
 
 
+def _score_order(scores: np.ndarray) -> np.ndarray:
+    return np.argsort(-scores, kind="mergesort")  # COCO's stable order: equal scores keep input order
+
+
 def _above(sorted_desc: np.ndarray, cumulative: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """For each grid value, ``cumulative`` at the count of ``sorted_desc`` scores ``>= value``."""
     count = np.searchsorted(-sorted_desc, -grid, side="right")
@@ -217,19 +179,18 @@ def curves(matches: Matches, points: int = CONFIDENCE_POINTS) -> Curves:
     size = matches.num_classes
     precision, recall = np.zeros((size, points)), np.zeros((size, points))
     pr = np.zeros((size, len(RECALL_POINTS)))
-    for cls in range(size):
-        chosen = matches.classes == cls
+    by_class = class_score_order(matches.classes, matches.scores)
+    bounds = np.searchsorted(matches.classes[by_class], np.arange(size + 1))
+    for cls in np.flatnonzero(matches.gt_per_class):
+        members = by_class[bounds[cls] : bounds[cls + 1]]
         gt = int(matches.gt_per_class[cls])
-        if not gt:
-            continue
-        order = _score_order(matches.scores[chosen])
-        scores = matches.scores[chosen][order]
-        true_pos = np.cumsum(matches.true_positive[chosen][order])
+        scores = matches.scores[members]
+        true_pos = np.cumsum(matches.true_positive[members])
         found = _above(scores, true_pos, grid)
         kept = _above(scores, np.arange(1, len(scores) + 1), grid)
         precision[cls] = np.divide(found, kept, out=np.zeros(points), where=kept > 0)
         recall[cls] = found / gt
-        pr[cls] = _interpolated_pr(true_pos, gt)
+        pr[cls] = interpolated_precision(matches.true_positive[members][None], gt)[0]
     order = _score_order(matches.scores)
     scores = matches.scores[order]
     found = _above(scores, np.cumsum(matches.true_positive[order]), grid)
@@ -257,19 +218,6 @@ def curves(matches: Matches, points: int = CONFIDENCE_POINTS) -> Curves:
     )
 
 
-def _interpolated_pr(true_pos_cumulative: np.ndarray, num_gt: int) -> np.ndarray:
-    """COCO's ``accumulate`` for one class: precision envelope read at the 101 recall points."""
-    ranks = np.arange(1, len(true_pos_cumulative) + 1)
-    recall = true_pos_cumulative / num_gt
-    precision = true_pos_cumulative / ranks
-    envelope = np.maximum.accumulate(precision[::-1])[::-1] if len(precision) else precision
-    index = np.searchsorted(recall, RECALL_POINTS, side="left")
-    out = np.zeros(len(RECALL_POINTS))
-    reached = index < len(envelope)
-    out[reached] = envelope[index[reached]]
-    return out
-
-
 def confusion_matrix(
     detections: Sequence[np.ndarray],
     labels: Sequence[np.ndarray],
@@ -289,24 +237,30 @@ def confusion_matrix(
 
     Args and box formats as :func:`match_detections`.
     """
-    background = num_classes
-    matrix = np.zeros((num_classes + 1, num_classes + 1), np.int64)
-    for dets, boxes, hw in zip(detections, labels, image_hw, strict=True):
-        dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)
-        dets = dets[dets[:, 4] >= conf_thres]
-        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 5)
-        det_classes = dets[:, 5].astype(np.int64)
-        gt_classes = boxes[:, 0].astype(np.int64)
-        det_to_gt = np.full(len(dets), -1)
-        gt_taken = np.zeros(len(boxes), bool)
-        if len(dets) and len(boxes):
-            iou = _iou(dets[:, :4], labels_to_xyxy(boxes, hw))
-            order = _score_order(dets[:, 4])
-            same_class = det_classes[:, None] == gt_classes[None, :]
-            _greedy(iou, same_class, order, iou_thres, gt_taken, det_to_gt)
-            _greedy(iou, ~same_class, order, iou_thres, gt_taken, det_to_gt)
-        matched = det_to_gt >= 0
-        np.add.at(matrix, (det_classes[matched], gt_classes[det_to_gt[matched]]), 1)
-        np.add.at(matrix, (det_classes[~matched], background), 1)
-        np.add.at(matrix, (background, gt_classes[~gt_taken]), 1)
-    return matrix
+    return pooled_confusion(pool(detections, labels, image_hw, num_classes), conf_thres, iou_thres)
+
+
+def pooled_confusion(pooled: Pooled, conf_thres: float = 0.25, iou_thres: float = 0.5) -> np.ndarray:
+    """:func:`confusion_matrix` of detections and labels already pooled (:func:`turboyolo.train.ap.pool`)."""
+    size = pooled.num_classes
+    above = pooled.select(pooled.det_scores >= conf_thres)
+    threshold = effective_thresholds([iou_thres])
+    taken = np.zeros((1, len(above.gt_classes)), bool)
+    det_to_gt, _ = match(above, threshold, taken=taken)
+    left = det_to_gt[0] < 0
+    # the detections left take, by score within their image, the free box of another class
+    _, rank = group_order(above.det_image, above.det_scores)
+    def wanted(det: np.ndarray, gt: np.ndarray) -> np.ndarray:
+        return left[det] & ~taken[0, gt] & (above.det_classes[det] != above.gt_classes[gt])
+
+    pairs = overlapping_pairs(above.det_image, above.gt_image, above.det_xywh, above.gt_xywh, threshold[0],
+                              wanted)
+    crossed = greedy_match(rank, above.det_image, pairs, threshold, len(rank), taken)
+    det_to_gt = np.where(left, crossed[0], det_to_gt[0])
+    truth = np.full(len(det_to_gt), size)  # background where a detection took nothing
+    truth[det_to_gt >= 0] = above.gt_classes[det_to_gt[det_to_gt >= 0]]
+    missed = above.gt_classes[~taken[0]]
+    rows = np.concatenate([above.det_classes, np.full(len(missed), size)])
+    columns = np.concatenate([truth, missed])
+    counts = np.bincount(rows * (size + 1) + columns, minlength=(size + 1) ** 2)
+    return counts.reshape(size + 1, size + 1).astype(np.int64)

@@ -34,7 +34,8 @@ from torch import nn
 from turboyolo.boxes import Letterbox
 from turboyolo.data.loader import move_to_device
 from turboyolo.errors import TurboYoloError
-from turboyolo.model.postprocess import decode, nms_options, postprocess
+from turboyolo.model.postprocess import CapCounts, decode, nms_options, postprocess
+from turboyolo.options import MAX_CANDIDATES, MAX_DET
 from turboyolo.train import distributed
 from turboyolo.train.loss import LOSS_NAMES, YoloLoss
 from turboyolo.train.metrics import (
@@ -42,6 +43,7 @@ from turboyolo.train.metrics import (
     EVAL_IOU_THRES,
     EVAL_NMS_THRES,
     EvalResult,
+    EvalTiming,
     evaluate_detections,
 )
 from turboyolo.train.optim import ModelEMA, Schedule, lr_at, set_lr
@@ -361,9 +363,10 @@ def evaluate(
     iou_thres: float = EVAL_IOU_THRES,
     nms_thres: float = EVAL_NMS_THRES,
     eval_conf: float = 0.001,
-    max_det: int = 300,
+    max_det: int = MAX_DET,
+    max_candidates: int | None = MAX_CANDIDATES,
     amp_dtype: torch.dtype | None = None,
-    backend: str = "pycocotools",
+    backend: str = "builtin",
     keep_predictions: int = 0,
 ) -> tuple[EvalResult | None, list]:
     """mAP of ``model`` on a validation ``loader`` (letterboxed, no augmentation).
@@ -374,44 +377,107 @@ def evaluate(
     Detections stay on the device until the loop ends (no per-batch sync); COCO matching runs on the
     original-image boxes. ``conf_thres`` is where precision / recall / F1 and the confusion matrix are
     read, with matches at ``iou_thres``; detections down to ``eval_conf`` enter the AP computation and
-    the curves (see :func:`turboyolo.train.metrics.evaluate_detections`).
+    the curves (see :func:`turboyolo.train.metrics.evaluate_detections`). ``max_det`` and
+    ``max_candidates`` cap the NMS (:func:`turboyolo.model.postprocess.postprocess`); the result's
+    ``caps`` counts where they bit and its ``timing`` splits the time (loading, inference, decode + NMS,
+    metrics).
 
     Returns the result and, for the first ``keep_predictions`` images, (path, detections [n, 6]).
     """
     was_training = model.training
     model.eval()
+    nms_args = dict(conf_thres=eval_conf, nms_thres=nms_thres, max_det=max_det, max_candidates=max_candidates)
+    dets_cpu, gt_labels, sizes, paths, timing, caps = _detect_all(model, loader, device, amp_dtype, nms_args)
+    if was_training:
+        model.train()
+    paths, dets_cpu, gt_labels, sizes = _gather_shards(paths, dets_cpu, gt_labels, sizes)
+    caps = _sum_caps(distributed.all_gather_objects(caps))
+    if paths is None:  # not rank 0: its shard went to rank 0, which computes the numbers
+        return None, []
+    gt_labels = [g if g is not None else np.zeros((0, 5), np.float32) for g in gt_labels]
+    started = time.perf_counter()
+    result = evaluate_detections(
+        dets_cpu, gt_labels, sizes, num_classes,
+        conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, backend=backend,
+    )
+    timing.metrics_s = time.perf_counter() - started
+    result.timing, result.caps = timing, caps
+    return result, list(zip(paths[:keep_predictions], dets_cpu[:keep_predictions]))
+
+
+def _detect_all(model: nn.Module, loader, device: torch.device, amp_dtype: torch.dtype | None, nms: dict):
+    """Every image's detections (numpy, original pixels), labels, size and path; the time split of
+    loading, inference and decode + NMS; the NMS caps' counts."""
     labels_by_path = {str(s.image): s.labels for s in loader.dataset.samples}
     all_dets, gt_labels, sizes, paths = [], [], [], []
     options = StepOptions(device=device, amp_dtype=amp_dtype)
-    for images, _, metas in loader:
+    clock, timing, caps = DeviceClock(device), EvalTiming(), CapCounts()
+    batches = iter(loader)
+    while True:
+        waited = time.perf_counter()
+        try:
+            images, _, metas = next(batches)
+        except StopIteration:
+            break
+        timing.loading_s += time.perf_counter() - waited
+        start = clock.mark()
         x = move_to_device(images, device)
         with autocast(options):
             outputs = model(x)
-        decoded = decode(outputs, model.heads)
+        inferred = clock.mark()
         letterboxes = [Letterbox.from_meta(m) for m in metas]
-        all_dets.extend(
-            postprocess(
-                decoded, eval_conf, nms_thres, multi_label=True, max_det=max_det, letterboxes=letterboxes,
-                **nms_options(model.heads),
-            )
-        )
+        all_dets.extend(postprocess(decode(outputs, model.heads), letterboxes=letterboxes, multi_label=True,
+                                    caps=caps, **nms, **nms_options(model.heads)))
+        clock.add("inference", start, inferred)
+        clock.add("nms", inferred, clock.mark())
         for meta in metas:
             gt_labels.append(labels_by_path.get(str(meta.path)))
             sizes.append(tuple(meta.orig_hw))
             paths.append(meta.path)
     dets_cpu = [d.float().cpu().numpy() for d in all_dets]
+    seconds = clock.seconds()
+    timing.images, timing.inference_s, timing.nms_s = len(paths), seconds["inference"], seconds["nms"]
+    return dets_cpu, gt_labels, sizes, paths, timing, caps
 
-    if was_training:
-        model.train()
-    paths, dets_cpu, gt_labels, sizes = _gather_shards(paths, dets_cpu, gt_labels, sizes)
-    if paths is None:  # not rank 0: its shard went to rank 0, which computes the numbers
-        return None, []
-    gt_labels = [g if g is not None else np.zeros((0, 5), np.float32) for g in gt_labels]
-    result = evaluate_detections(
-        dets_cpu, gt_labels, sizes, num_classes,
-        conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, backend=backend,
-    )
-    return result, list(zip(paths[:keep_predictions], dets_cpu[:keep_predictions]))
+
+class DeviceClock:
+    """Seconds between marks on the device's own clock: CUDA events, read once at the end (no sync per
+    batch), or the host's clock elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.spans: list[tuple[str, object, object]] = []
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def add(self, name: str, start, end) -> None:
+        self.spans.append((name, start, end))
+
+    def seconds(self) -> dict[str, float]:
+        """Total seconds per name."""
+        if self.cuda and self.spans:
+            torch.cuda.synchronize()
+        totals: dict[str, float] = {"inference": 0.0, "nms": 0.0}
+        for name, start, end in self.spans:
+            span = start.elapsed_time(end) / 1000 if self.cuda else end - start
+            totals[name] = totals.get(name, 0.0) + span
+        return totals
+
+
+def _sum_caps(shards: list[CapCounts]) -> CapCounts:
+    """The caps' counts of every rank's shard, summed."""
+    total = shards[0]
+    for other in shards[1:]:
+        total.images += other.images
+        total.max_det += other.max_det
+        total.candidates += other.candidates
+        total.most_candidates = max(total.most_candidates, other.most_candidates)
+    return total
 
 
 def _gather_shards(paths, dets, gts, sizes):

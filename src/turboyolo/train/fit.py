@@ -359,6 +359,8 @@ def report_evaluation(result: EvalResult, state: TrainState, verbose: bool, name
         where = f"{why} at iteration {state.iteration} (epoch {state.epoch + 1} unfinished)"
     say(f"{where}: {result.headline()}  {result.summary()}  "
         f"{train_seconds / 60:.2f} min")
+    for line in result.notes():  # where an NMS cap bit; inference / NMS / metrics time
+        say(f"  {line}")
     if verbose:
         say(result.table(names))
 

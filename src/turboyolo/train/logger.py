@@ -200,6 +200,8 @@ class RunLogger:
         Returns the files written, by name.
         """
         self.scalars(result.as_dict(), iteration, prefix="val")
+        if result.timing is not None:  # inference / decode+NMS per image, metrics
+            self.scalars(result.timing.as_dict(), iteration, prefix="val_time")
         self.per_class(result, names, epoch, iteration)
         written = save_evaluation_plots(result, names, self.run_dir)
         if shown:

@@ -1,7 +1,9 @@
-"""Detection metrics: AP through the maintained COCO implementations, the rest from per-detection matches.
+"""Detection metrics: COCO's AP, the rest from per-detection matches.
 
-mAP@0.5, mAP@0.5:0.95 and AP per class are what pycocotools (or faster-coco-eval) computes on the YOLO
-ground truth and detections converted to COCO's format; no AP is computed by hand here. Precision,
+mAP@0.5, mAP@0.5:0.95 and AP per class are COCO's box evaluation of the YOLO ground truth and the
+detections, by one of three backends: ``builtin`` (the default: :mod:`turboyolo.train.ap`, pycocotools'
+matching and accumulation vectorised in numpy on arrays), ``pycocotools`` (the reference: the official
+numbers, on result dicts) or ``faster-coco-eval``. Precision,
 recall and F1 at a confidence, their curves against the confidence, the best-F1 confidence and the
 confusion matrix come from :mod:`turboyolo.train.curves`, which matches detections as COCO does at
 ``iou_thres`` (at 0.5 its recall is the evaluator's).
@@ -14,28 +16,56 @@ import io
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from turboyolo.train.ap import IOU_THRESHOLDS, Pooled, average_precision, match, pool
 from turboyolo.train.curves import (
     Curves,
-    confusion_matrix,
     counts_at,
     curves,
     f1_score,
-    match_detections,
+    pooled_confusion,
+    pooled_matches,
     precision_recall_at,
 )
 
-BACKENDS = ("pycocotools", "faster-coco-eval")
+if TYPE_CHECKING:
+    from turboyolo.model.postprocess import CapCounts
+
+BACKENDS = ("builtin", "pycocotools", "faster-coco-eval")
 # The evaluation settings, declared once: `turboyolo train`'s evaluations (EvalArgs), `turboyolo test`
 # (a checkpoint's own, else these) and engine.evaluate share them, so the same weights read the same
 # precision / recall everywhere.
 EVAL_CONF_THRES = 0.1  # score where precision, recall and F1 are read (AP uses every detection >= 0.001)
 EVAL_IOU_THRES = 0.5  # IoU a detection needs with a ground truth to count as found
 EVAL_NMS_THRES = 0.5  # IoU of per-class NMS
+
+
+@dataclass
+class EvalTiming:
+    """Where an evaluation's time went: seconds waiting for the loader, in the forward passes, in decode +
+    NMS (on the device's clock), and computing the metrics, over ``images`` images."""
+
+    images: int = 0
+    loading_s: float = 0.0
+    inference_s: float = 0.0
+    nms_s: float = 0.0
+    metrics_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        per_image = 1000 / max(self.images, 1)
+        return {"inference_ms": self.inference_s * per_image, "nms_ms": self.nms_s * per_image,
+                "loading_ms": self.loading_s * per_image, "metrics_s": self.metrics_s}
+
+    def summary(self) -> str:
+        per_image = 1000 / max(self.images, 1)
+        return (f"speed: {self.inference_s * per_image:.1f} ms inference, {self.nms_s * per_image:.1f} ms "
+                f"decode+NMS, {self.loading_s * per_image:.1f} ms waiting for data per image; "
+                f"metrics {self.metrics_s:.1f} s")
 
 
 @dataclass
@@ -67,6 +97,13 @@ class EvalResult:
     best_recall: float = 0.0
     curves: Curves | None = None
     confusion: np.ndarray | None = None  # int64 [C + 1, C + 1]: (predicted, true), index C = background
+    timing: EvalTiming | None = None  # filled by turboyolo.train.engine.evaluate
+    caps: CapCounts | None = None  # where the NMS caps bit (engine.evaluate)
+
+    def notes(self) -> list[str]:
+        """The lines that say how the evaluation went: which NMS cap bit where, and the time split."""
+        lines = [self.caps.summary()] if self.caps is not None and self.caps.summary() else []
+        return lines + ([self.timing.summary()] if self.timing is not None else [])
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -194,38 +231,52 @@ def coco_evaluate(
     max_det: int = 300,
     backend: str = "pycocotools",
 ) -> EvalResult:
-    """AP of COCO result dicts on a ground-truth dict, by the COCO evaluator (P / R / F1 left at 0)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    """AP of COCO result dicts on a ground-truth dict, by pycocotools or faster-coco-eval (P / R / F1
+    left at 0)."""
+    if backend not in BACKENDS[1:]:
+        raise ValueError(f"backend must be one of {BACKENDS[1:]} for result dicts, got {backend!r}")
     num_classes = len(gt["categories"])
     gt_counts = np.bincount([a["category_id"] - 1 for a in gt["annotations"]], minlength=num_classes)
-    result = EvalResult(
-        num_images=len(gt["images"]),
-        num_detections=len(detections),
-        gt_per_class=[int(c) for c in gt_counts],
-        ap50_per_class=[-1.0] * num_classes,
-        ap_per_class=[-1.0] * num_classes,
-    )
-    if not gt["annotations"] or not detections:
-        result.ap50_per_class = [0.0 if c else -1.0 for c in gt_counts]
-        result.ap_per_class = list(result.ap50_per_class)
-        return result
-    evaluator = _run(gt, detections, max_det, backend)
-    precision = np.asarray(evaluator.eval["precision"])  # [T, R, K, A, M]
-    pr = precision[:, :, :, 0, -1]  # area "all", the largest maxDets
-    ap_per_iou_class = np.where(pr > -1, pr, np.nan)
-    with np.errstate(invalid="ignore"), warnings_off():
-        ap = np.nanmean(ap_per_iou_class, axis=1)  # [T, K]
-    cat_ids = list(evaluator.params.catIds)
-    for k, cat_id in enumerate(cat_ids):
-        cls = cat_id - 1
-        if gt_counts[cls]:
-            result.ap50_per_class[cls] = float(np.nan_to_num(ap[0, k]))
-            result.ap_per_class[cls] = float(np.nan_to_num(np.nanmean(ap[:, k])))
-    present = [c for c in range(num_classes) if gt_counts[c]]
-    result.map50 = float(np.mean([result.ap50_per_class[c] for c in present])) if present else 0.0
-    result.map50_95 = float(np.mean([result.ap_per_class[c] for c in present])) if present else 0.0
+    ap = np.full((len(IOU_THRESHOLDS), num_classes), np.nan)
+    if gt["annotations"] and detections:
+        evaluator = _run(gt, detections, max_det, backend)
+        precision = np.asarray(evaluator.eval["precision"])  # [T, R, K, A, M]
+        pr = precision[:, :, :, 0, -1]  # area "all", the largest maxDets
+        with np.errstate(invalid="ignore"), warnings_off():
+            per_iou_class = np.nanmean(np.where(pr > -1, pr, np.nan), axis=1)  # [T, K]
+        for k, cat_id in enumerate(evaluator.params.catIds):
+            ap[:, cat_id - 1] = per_iou_class[:, k]
+    return ap_result(ap, gt_counts, len(gt["images"]), len(detections))
+
+
+def ap_result(ap: np.ndarray, gt_counts: np.ndarray, num_images: int, num_detections: int) -> EvalResult:
+    """An :class:`EvalResult` with COCO's AP filled in from ``ap`` (``[T, C]`` per IoU threshold and class):
+    -1 for a class without ground truth, 0 where its AP is undefined; the mAPs average the classes that
+    have ground truth."""
+    num_classes = len(gt_counts)
+    result = EvalResult(num_images=num_images, num_detections=num_detections,
+                        gt_per_class=[int(c) for c in gt_counts],
+                        ap50_per_class=[-1.0] * num_classes, ap_per_class=[-1.0] * num_classes)
+    with warnings_off():
+        for cls in np.flatnonzero(gt_counts):
+            result.ap50_per_class[cls] = float(np.nan_to_num(ap[0, cls]))
+            result.ap_per_class[cls] = float(np.nan_to_num(np.nanmean(ap[:, cls])))
+    present = np.flatnonzero(gt_counts)
+    result.map50 = float(np.mean([result.ap50_per_class[c] for c in present])) if len(present) else 0.0
+    result.map50_95 = float(np.mean([result.ap_per_class[c] for c in present])) if len(present) else 0.0
     return result
+
+
+def builtin_evaluate(pooled: Pooled, *, max_det: int = 300,
+                     also_at: float | None = None) -> tuple[EvalResult, np.ndarray | None]:
+    """COCO's AP by :mod:`turboyolo.train.ap` on pooled arrays (what ``--backend builtin`` computes), and
+    with ``also_at`` every detection's verdict at that IoU, matched in the same pass (``None`` where
+    ``max_det`` left detections out of COCO's matching: the verdicts of all of them are not there)."""
+    thresholds = IOU_THRESHOLDS if also_at is None else np.r_[IOU_THRESHOLDS, also_at]
+    det_to_gt, evaluated = match(pooled, thresholds, max_det)
+    ap = average_precision(pooled, det_to_gt[: len(IOU_THRESHOLDS)], evaluated)
+    verdicts = det_to_gt[-1] >= 0 if also_at is not None and evaluated.all() else None
+    return ap_result(ap, pooled.gt_per_class, pooled.num_images, len(pooled.det_scores)), verdicts
 
 
 @contextlib.contextmanager
@@ -268,7 +319,7 @@ def evaluate_detections(
     conf_thres: float = 0.25,
     iou_thres: float = 0.5,
     max_det: int = 300,
-    backend: str = "pycocotools",
+    backend: str = "builtin",
 ) -> EvalResult:
     """Every number of one evaluation: COCO AP, P / R / F1 at ``conf_thres``, curves, confusion matrix.
 
@@ -282,11 +333,18 @@ def evaluate_detections(
         iou_thres: IoU of a match for precision / recall / F1, their curves and the confusion matrix
             (AP is always COCO's: at 0.5 and averaged over 0.5:0.95).
         max_det: detections per image the COCO evaluator keeps.
-        backend: ``pycocotools`` or ``faster-coco-eval``.
+        backend: ``builtin``, ``pycocotools`` or ``faster-coco-eval`` (:data:`BACKENDS`).
     """
-    gt = yolo_to_coco_gt(labels, image_hw, num_classes)
-    result = coco_evaluate(gt, detections_to_coco(detections), max_det=max_det, backend=backend)
-    matches = match_detections(detections, labels, image_hw, num_classes, iou_thres)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    pooled = pool(detections, labels, image_hw, num_classes)
+    verdicts = None
+    if backend == "builtin":
+        result, verdicts = builtin_evaluate(pooled, max_det=max_det, also_at=iou_thres)
+    else:
+        gt = yolo_to_coco_gt(labels, image_hw, num_classes)
+        result = coco_evaluate(gt, detections_to_coco(detections), max_det=max_det, backend=backend)
+    matches = pooled_matches(pooled, iou_thres, verdicts)
     true_pos, kept = counts_at(matches, conf_thres)
     gt_counts = matches.gt_per_class
     result.conf_thres, result.iou_thres = conf_thres, iou_thres
@@ -294,15 +352,11 @@ def evaluate_detections(
     result.f1 = f1_score(result.precision, result.recall)
     result.precision_per_class = [float(t / k) if k else 0.0 for t, k in zip(true_pos, kept)]
     result.recall_per_class = [float(t / g) if g else 0.0 for t, g in zip(true_pos, gt_counts)]
-    result.images_per_class = [0] * num_classes
-    for boxes in labels:
-        for cls in np.unique(np.asarray(boxes).reshape(-1, 5)[:, 0].astype(np.int64)):
-            if 0 <= cls < num_classes:
-                result.images_per_class[cls] += 1
+    holding = np.zeros((pooled.num_images, num_classes), bool)
+    holding[pooled.gt_image, pooled.gt_classes] = True
+    result.images_per_class = [int(n) for n in holding.sum(axis=0)]
     result.curves = curves(matches)
     result.best_conf, result.best_f1 = result.curves.best_conf, result.curves.best_f1
     result.best_precision, result.best_recall = result.curves.best_precision, result.curves.best_recall
-    result.confusion = confusion_matrix(
-        detections, labels, image_hw, num_classes, conf_thres=conf_thres, iou_thres=iou_thres
-    )
+    result.confusion = pooled_confusion(pooled, conf_thres=conf_thres, iou_thres=iou_thres)
     return result

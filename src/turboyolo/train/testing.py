@@ -9,12 +9,21 @@ from pathlib import Path
 from turboyolo.assets import ASSETS
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
-from turboyolo.devices import amp_dtype_for, resolve_device
+from turboyolo.devices import amp_dtype_for, evaluation_threads_on, resolve_device
 from turboyolo.errors import ConfigError, FlagError, WeightsError
 from turboyolo.formats.darknet_cfg import ModelSpec, parse_cfg, parse_cfg_text
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.loading import build_model, is_checkpoint, read_checkpoint, resolve_model, weights_path
-from turboyolo.options import amp_option, check_img_size, device_option, img_size_option, option, require
+from turboyolo.options import (
+    amp_option,
+    check_img_size,
+    device_option,
+    img_size_option,
+    max_candidates_option,
+    max_det_option,
+    option,
+    require,
+)
 from turboyolo.train.config import EvalArgs, checked
 from turboyolo.train.engine import evaluate
 from turboyolo.train.metrics import (
@@ -47,10 +56,13 @@ class TestArgs:
                                       type=float)
     nms_thres: float | None = option(None, "IoU of per-class NMS (default: a checkpoint's, else "
                                      f"{EVAL_NMS_THRES})", type=float)
-    max_det: int = option(300, "detections kept per image", type=int)
+    max_det: int = max_det_option()
+    max_candidates: int = max_candidates_option()
     device: str = device_option()
     amp: str = amp_option()
-    backend: str = option("pycocotools", "the COCO evaluator computing AP", choices=BACKENDS)
+    backend: str = option("builtin", "what computes COCO's AP: builtin (vectorised, pycocotools' matching "
+                          "and accumulation), pycocotools (the official numbers) or faster-coco-eval",
+                          choices=BACKENDS)
     kernels: str = option("torch", "the network's convolutions: torch (PyTorch's public modules: the same "
                           "digits every run) or tuned (CPU, float32: each layer on its fastest kernel there, "
                           "as detect --backend tuned; docs/DETECT.md)", choices=KERNELS)
@@ -64,6 +76,7 @@ class TestArgs:
         require(self.nms_thres is None or 0 < self.nms_thres <= 1, "--nms-thres must be in (0, 1]")
         require(self.batch_size >= 1, "--batch-size must be >= 1")
         require(self.max_det >= 1, "--max-det must be >= 1")
+        require(self.max_candidates >= 1, "--max-candidates must be >= 1")
 
 
 @dataclass
@@ -92,8 +105,8 @@ class TestReport:
     names: list[str]
 
     def summary(self) -> str:
-        """The per-class table, then the two mAPs."""
-        return f"{self.result.table(self.names)}\n{self.result.headline()}"
+        """The per-class table, the two mAPs, where an NMS cap bit, and the time split."""
+        return "\n".join([self.result.table(self.names), self.result.headline(), *self.result.notes()])
 
 
 def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None) -> TestReport:
@@ -138,9 +151,11 @@ def run_test(request: TestRequest, log: Callable[[str], object] = lambda _: None
                           workers=options.workers, shuffle=False, rect=options.rect)
     # an inference copy: batch norm folded into the convolutions; on the CPU channels_last (--kernels
     # tuned: each layer's fastest kernel there)
-    model = model.inference_copy_for(device, autocast=amp_dtype, tuned=tuned, say=log)
-    result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
-                         **thresholds, max_det=options.max_det, amp_dtype=amp_dtype, backend=options.backend)
+    with evaluation_threads_on(device):  # on the CPU one core left to the loader (devices.py says why)
+        model = model.inference_copy_for(device, autocast=amp_dtype, tuned=tuned, say=log)
+        result, _ = evaluate(model, loader, device=device, num_classes=model.num_classes,
+                             **thresholds, max_det=options.max_det, max_candidates=options.max_candidates,
+                             amp_dtype=amp_dtype, backend=options.backend)
     if loader.dropped_summary():  # images that broke after the scan: left out, never substituted
         log(loader.dropped_summary())
     return TestReport(result, names)
