@@ -32,6 +32,18 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # pytest-xdist: its workers sha
                                                      // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (then torch's count again): on a shared 2-core machine two spinning
+    threads run several times slower. Folders whose tests all want it use it autouse in their conftest."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # What `make test` always runs through the command (issue 43): never `full`.
 ALWAYS = (
     "tests/train/test_darknet_command.py::test_command_matches_darknet[dog0_256]",  # a scene vs the binary

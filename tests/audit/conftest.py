@@ -14,12 +14,8 @@ from turboyolo.infer.predict import Prediction
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine two spinning threads run several times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Every test here on one intra-op thread (tests/conftest.py ``one_thread``)."""
 
 
 class FakeTrainer:
