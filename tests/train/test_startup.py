@@ -49,3 +49,25 @@ def test_a_slow_cpu_step_prints_its_rate_not_zero():
                              machine, 2.5, 2**30, None)  # 2.5 s of CPU step per image
     assert isinstance(choice, PipelineChoice)
     assert choice.lines()[-1].endswith("0.4 images/s")
+
+
+def test_the_first_step_does_not_wait_for_the_first_batch_picture(tmp_path, isolated_cache):
+    """train_batch0.jpg is drawn after the first optimizer step, and still written by a run that stops
+    after that step."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    data = make_dataset(tmp_path / "data", 6, 3)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
+    run = tmp_path / "runs" / "first"
+    at_first_step = []
+    handle = register_optimizer_step_post_hook(
+        lambda *_: at_first_step.append((run / "train_batch0.jpg").exists()))
+    try:
+        code = cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                    "--name", "first", "--epochs", "1", "--evaluation-interval", "0", "--max-batches", "1",
+                    "--workers", "0", "--cache", "none", "--augment-on", "cpu"])
+    finally:
+        handle.remove()
+    assert code == 0
+    assert at_first_step == [False]
+    assert (run / "train_batch0.jpg").exists() and not (run / "train_batch1.jpg").exists()
