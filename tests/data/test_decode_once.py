@@ -244,3 +244,27 @@ def test_turboyolo_train_decodes_each_training_image_once_per_epoch(tmp_path, is
         assert max(per_image) == most, (cache, per_image)
         config = (next((tmp_path / cache).iterdir()) / "config.yaml").read_text()
         assert "mosaic: 1.0" in config  # the default run made mosaics
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_epochs_first_batch_does_not_wait_for_its_whole_pool(samples, workers):
+    """With 0-1 workers an epoch's first batch is a request of its own (its pool's other batches the
+    next): it arrives after its own decodes, not the whole pool's, and the epoch still decodes each
+    original once, the same batches as two workers making whole pools."""
+    kwargs = dict(img_size=64, batch_size=3, augment=MIXING, shuffle=True, seed=5, partner_pool=8)
+    loader = build_loader(samples, workers=workers, **kwargs)
+    loader.set_epoch(0)
+    requests = [len(group) for group in loader._requests]
+    assert requests == [1, len(loader) - 1]  # 8 batches, one pool: [1, 7]
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        before = decode.DECODES.copy()
+        batches = iter(loader)
+        images, targets, metas = next(batches)
+        if workers == 0:  # in this process: nothing decoded yet but what the first batch drew
+            first = decode.DECODES - before
+            assert sum(first.values()) == len(metas.decoded) < len(samples)
+        rest = [(i.clone(), t.clone(), [str(m.path) for m in ms]) for i, t, ms in batches]
+        assert max(loader.epoch_decoded.values()) == 1 and len(loader.epoch_decoded) == len(samples)
+        whole = _epoch(build_loader(samples, workers=2, **kwargs), epoch)
+        _same(whole, [(images, targets, [str(m.path) for m in metas]), *rest])

@@ -124,3 +124,45 @@ def test_a_box_far_outside_is_named_in_a_short_number():
     check = parse_yolo_labels("0 0.5 0.5 1e308 0.3\n0 0.5 0.5 4001 0.3\n")
     assert "line 1: box extends 5e+307 outside" in check.error
     assert "line 2: box extends 2e+03 outside" in check.error and len(check.error) < 200
+
+
+def _line_by_line(text, num_classes, monkeypatch):
+    """parse_yolo_labels without its shortcut for plain, clean files."""
+    from turboyolo.formats import labels
+
+    with monkeypatch.context() as patched:
+        patched.setattr(labels, "_clean_rows", lambda *_: None)
+        return labels.parse_yolo_labels(text, num_classes)
+
+
+def test_a_clean_file_reads_as_the_line_by_line_check_reads_it(monkeypatch):
+    """The shortcut for plain files without a fix or a bad line gives what the line-by-line check gives,
+    on texts good and bad in every way the check knows (and any other text takes the check)."""
+    import random
+
+    from turboyolo.formats import labels
+
+    rng = random.Random(0)
+    odd = ["0.5", "1", "0", "1.000001", "-0.000001", "nan", "inf", "1e999", ".5", "1_0", "e", "0x1", "0.25"]
+    shortcut = 0
+    for _ in range(1500):
+        lines = []
+        for _ in range(rng.randint(0, 10)):
+            if rng.random() < 0.6:
+                values = [f"{rng.uniform(0.2, 0.8):.6f}" for _ in range(2)]
+                values += [f"{rng.uniform(0.01, 0.39):.6f}" for _ in range(2)]
+            else:
+                values = [rng.choice(odd) for _ in range(4)]
+            parts = [rng.choice(["0", "3", "79", "80", "1.0", "1.5", "-1", "2e0"]), *values]
+            parts = parts[:4] if rng.random() < 0.05 else parts + ["0.1"] if rng.random() < 0.05 else parts
+            line = rng.choice([" ", "\t", "  ", ","]).join(parts)
+            lines.append("  " + line + " " if rng.random() < 0.1 else line)
+            if rng.random() < 0.1:
+                lines.append(rng.choice(["", "  ", "\t", lines[-1]]))  # blank, or the line again
+        text = rng.choice(["\n", "\r\n", "\r"]).join(lines) + rng.choice(["\n", "", "\r\n", "\n\n"])
+        for num_classes in (None, 80):
+            fast, slow = parse_yolo_labels(text, num_classes), _line_by_line(text, num_classes, monkeypatch)
+            shortcut += labels._clean_rows(text, num_classes) is not None
+            assert (fast.error, fast.fixes, fast.bad_lines) == (slow.error, slow.fixes, slow.bad_lines), text
+            assert fast.rows.dtype == slow.rows.dtype and np.array_equal(fast.rows, slow.rows), text
+    assert 100 < shortcut < 2500  # both ways were taken

@@ -173,3 +173,15 @@ def test_first_batches_of_the_device_augmenting_loader_show_the_augmented_images
                    for w in ("cpu", "device"))
     assert cpu.shape == device.shape and cpu.std() > 10
     assert np.abs(cpu - device).mean() < 3
+
+
+def test_a_first_batch_is_drawn_after_the_consumer_took_it(tmp_path):
+    """train_batch{i}.jpg is drawn when the consumer comes back for the next batch (after batch i's step),
+    or when the iteration is closed after it (a run that stops there)."""
+    batches = [(torch.zeros((1, 3, 32, 32), dtype=torch.uint8), torch.zeros((0, 6)), [k]) for k in range(5)]
+    wrapped = plots.plot_first_batches(iter(batches), tmp_path, NAMES)
+    assert next(wrapped) is batches[0] and not (tmp_path / "train_batch0.jpg").exists()
+    next(wrapped)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train_batch0.jpg"]
+    wrapped.close()  # stopped while holding batch 1: its picture is drawn now
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train_batch0.jpg", "train_batch1.jpg"]

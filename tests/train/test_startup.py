@@ -10,7 +10,7 @@ from turboyolo.cli import main as cli
 from turboyolo.data import scan as scan_module
 from turboyolo.data.cache import _planned_hw, estimate_bytes
 from turboyolo.data.scan import Sample
-from turboyolo.train.auto import Machine, PipelineChoice, choose_pipeline, rate_text
+from turboyolo.train.auto import ImageCosts, Machine, PipelineChoice, choose_pipeline, rate_text
 
 
 def test_a_start_scans_each_split_once(tmp_path, monkeypatch, isolated_cache):
@@ -49,3 +49,68 @@ def test_a_slow_cpu_step_prints_its_rate_not_zero():
                              machine, 2.5, 2**30, None)  # 2.5 s of CPU step per image
     assert isinstance(choice, PipelineChoice)
     assert choice.lines()[-1].endswith("0.4 images/s")
+
+
+def test_the_first_step_does_not_wait_for_the_first_batch_picture(tmp_path, isolated_cache):
+    """train_batch0.jpg is drawn after the first optimizer step, and still written by a run that stops
+    after that step."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    data = make_dataset(tmp_path / "data", 6, 3)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
+    run = tmp_path / "runs" / "first"
+    at_first_step = []
+    handle = register_optimizer_step_post_hook(
+        lambda *_: at_first_step.append((run / "train_batch0.jpg").exists()))
+    try:
+        code = cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                    "--name", "first", "--epochs", "1", "--evaluation-interval", "0", "--max-batches", "1",
+                    "--workers", "0", "--cache", "none", "--augment-on", "cpu"])
+    finally:
+        handle.remove()
+    assert code == 0
+    assert at_first_step == [False]
+    assert (run / "train_batch0.jpg").exists() and not (run / "train_batch1.jpg").exists()
+
+
+def _measured_with_a_cache(tmp_path, monkeypatch, name, step_s, *flags):
+    """Train ``name`` (one batch) with the start's real measurement; whether it measured a cache."""
+    from turboyolo.train import facts
+
+    built = []
+    prepare = facts.prepare_cache
+    monkeypatch.setattr(facts, "prepare_cache", lambda *a, **k: built.append(1) or prepare(*a, **k))
+    monkeypatch.setattr(facts, "estimate_step_s", lambda spec, size, device: (step_s, "injected"))
+    monkeypatch.setattr(facts, "machine_facts",
+                        lambda device, folder: Machine(2, 2**36, 2**40, "cpu"))
+    data = make_dataset(tmp_path / name, 8, 3)
+    cfg = micro_cfg(tmp_path / f"{name}.cfg", batch=4)
+    code = cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                "--name", name, "--epochs", "1", "--evaluation-interval", "0", "--max-batches", "1", *flags])
+    assert code == 0
+    return bool(built)
+
+
+def test_the_start_measures_a_cache_only_where_the_choice_can_use_it(tmp_path, monkeypatch, capsys,
+                                                                     isolated_cache):
+    """A step that the files keep fed: no cache is measured (nor chosen); a step the files cannot keep
+    fed, or a cache given by flag: it is."""
+    assert not _measured_with_a_cache(tmp_path, monkeypatch, "slow", 10.0)
+    out = capsys.readouterr().out
+    assert "a cache not measured (this run reads the files)" in out and "--cache none (auto)" in out
+    assert _measured_with_a_cache(tmp_path, monkeypatch, "fast", 1e-7)
+    out = capsys.readouterr().out
+    assert "ms from a cache" in out and "--cache ram (auto)" in out
+    assert _measured_with_a_cache(tmp_path, monkeypatch, "given", 10.0, "--cache", "ram")
+
+
+def test_a_choice_that_reads_the_files_is_the_same_whatever_a_cache_would_cost():
+    machine = Machine(cores=8, free_ram=2**36, free_disk=2**40, device="cuda")
+    requested = {"cache": ("auto", "default"), "augment_on": ("auto", "default"),
+                 "workers": (None, "default")}
+    for cold, step in ((0.002, 0.5), (0.02, 0.01), (0.05, 0.1)):
+        unmeasured = choose_pipeline(requested, ImageCosts(cold, None), machine, step, 2**30, None)
+        assert unmeasured.cache == "none" and unmeasured.augment_on == "cpu"
+        for warm, device in ((cold / 10, cold / 100), (cold, None), (cold / 2, cold / 3)):
+            assert choose_pipeline(requested, ImageCosts(cold, warm, device), machine, step, 2**30,
+                                   None) == unmeasured

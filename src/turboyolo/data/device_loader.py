@@ -129,8 +129,6 @@ class DeviceAugmentDataset(DetectionDataset):
         self._buffers: list[torch.Tensor] = []  # oldest first
         self._ring_pid = os.getpid()  # the process whose buffers these are
         self._largest = 0  # the most canvases a request of this process has needed
-        self._held_for: tuple | None = None  # (epoch, partner pool) whose decoded images are held
-        self._held_left = 0  # samples of that pool not yet planned in this process
 
     def _buffer(self, count: int) -> torch.Tensor:
         """A ``[count, canvas, canvas, 3]`` uint8 buffer for a request's canvases, reused in turn.
@@ -231,25 +229,6 @@ class DeviceAugmentDataset(DetectionDataset):
                           targets, meta))
             start += planned.parts
         return CanvasGroup(buffer, items)
-
-    def _hold(self, keys) -> None:
-        """Without a cache, before a batch is planned: the images decoded for its partner pool stay in hand
-        until this process has planned the whole pool or a batch of another pool (or epoch) comes (a
-        pool's batches are consecutive in the sampler), so a sample and its mosaic and mixup partners are
-        decoded once per pool in each process, as on the CPU path; with partners from the whole set (no
-        pool), once per batch. With several workers a pool's batches may be made by different workers,
-        each decoding what its own batches draw."""
-        epoch, pool = keys[0][1], (keys[0][4] if len(keys[0]) > 4 else None)
-        if pool is None or (epoch, pool) != self._held_for:
-            self._held, self._held_for, self._held_left = {}, (epoch, pool), len(pool or ())
-        self._held_left -= len(keys)
-        self._decoded_now = []
-
-    def _release(self, done: bool = False) -> None:
-        """After a batch is planned: let go of the held images once this process has planned its pool
-        (``done``: now, e.g. a new epoch or a batch that failed)."""
-        if done or self._held_left <= 0:
-            self._held, self._held_for, self._held_left = None, None, 0
 
     def _plan_batch(self, keys) -> _PlannedBatch:
         """A batch's numbers and the images to copy (loads in the CPU path's order), its metas (with the
@@ -415,11 +394,6 @@ class DeviceAugmentLoader(DetectionLoader):
     def request_batches(self) -> int:
         """Batches one request makes (within an epoch; what a timing aligns to)."""
         return self.group
-
-    def __iter__(self):
-        if self.workers == 0:  # made here, anew: nothing held over from an iteration left unfinished
-            self.dataset._release(done=True)
-        return super().__iter__()
 
     @staticmethod
     def _flat(delivered):

@@ -27,7 +27,8 @@ batches do not depend on the number of workers, and all ranks agree on the size 
 
 Decodes: a training key carries its partner pool (the samples of its run of batches, see
 :mod:`turboyolo.data.sampler`); mosaic and mixup partners come from that pool, and a worker makes a
-whole run at once, holding each decoded image of the pool until the run is done. So without a cache
+whole run at once (with 0-1 workers an epoch's first batch is a request of its own, the rest of its run
+the next), holding each decoded image of the pool until it has made the run. So without a cache
 each original is decoded at most once per epoch (mosaic on or off; more only where ``image_weights``
 draws it more than once, or a broken sample's replacement lies outside the pool), and with a prepared
 cache (``--cache ram/disk``, decoded once when it is built) not at all. Every decode is counted:
@@ -112,7 +113,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         # worker processes share (a forked or spawned worker sees the same tensor)
         self.verdicts = torch.zeros(len(self.samples), dtype=torch.uint8).share_memory_()
         self._refused: dict[int, str] = {}  # this process's refusals, raised again without a decode
-        self._held: dict[int, tuple[np.ndarray, tuple[int, int]]] | None = None  # during a group
+        self._held: dict[int, tuple[np.ndarray, tuple[int, int]]] | None = None  # a partner pool's images
+        self._held_for: tuple | None = None  # (epoch, partner pool) whose decoded images are held
+        self._held_left = 0  # samples of that pool not yet made in this process
         self._decoded_now: list[int] = []  # decodes since the last batch was handed out
 
     def __len__(self) -> int:
@@ -149,22 +152,48 @@ class DetectionDataset(torch.utils.data.Dataset):
         return loaded
 
     def __getitems__(self, keys):
-        """A :class:`BatchGroup`: its batches as lists of items, each image decoded at most once (the
-        first batch's meta lists what was decoded for the batch). Else: the items of ``keys``."""
+        """A :class:`BatchGroup`: its batches as lists of items, each image of their partner pool decoded
+        at most once in this process, whether the pool's batches come in one request or several
+        (:meth:`_hold`); the first item's meta of each batch lists what was decoded for the batch. Else:
+        the items of ``keys``."""
         if not isinstance(keys, BatchGroup):
             return [self[key] for key in keys]
-        self._held, self._decoded_now = {}, []
-        try:
-            out = []
-            for batch in keys:
+        out = []
+        for batch in keys:
+            if self.cache is None:
+                self._hold(batch)
+            try:
                 items = [self[key] for key in batch]
-                kept = [item for item in items if not isinstance(item, DroppedSample)]
-                if kept:
-                    kept[0][2].decoded, self._decoded_now = tuple(self._decoded_now), []
-                out.append(items)
-            return out
-        finally:
-            self._held = None
+            except BaseException:
+                self._release(done=True)  # nothing half-counted carries over
+                raise
+            kept = [item for item in items if not isinstance(item, DroppedSample)]
+            if kept:
+                kept[0][2].decoded = tuple(self._decoded_now)
+            self._decoded_now = []
+            out.append(items)
+            if self.cache is None:
+                self._release()
+        return out
+
+    def _hold(self, keys) -> None:
+        """Without a cache, before a batch is made: the images decoded for its partner pool stay in hand
+        until this process has made the whole pool or a batch of another pool (or epoch) comes (a pool's
+        batches are consecutive in the sampler), so a sample and its mosaic and mixup partners are
+        decoded once per pool in each process, in one request or several; with partners from the whole
+        set (no pool), once per batch. With several workers a pool's batches may be made by different
+        workers, each decoding what its own batches draw."""
+        epoch, pool = keys[0][1], (keys[0][4] if len(keys[0]) > 4 else None)
+        if pool is None or (epoch, pool) != self._held_for:
+            self._held, self._held_for, self._held_left = {}, (epoch, pool), len(pool or ())
+        self._held_left -= len(keys)
+        self._decoded_now = []
+
+    def _release(self, done: bool = False) -> None:
+        """After a batch is made: let go of the held images once this process has made its pool
+        (``done``: now, e.g. a new iteration or a batch that failed)."""
+        if done or self._held_left <= 0:
+            self._held, self._held_for, self._held_left = None, None, 0
 
     def _load_robust(self, index: int, epoch: int, failures: list[tuple[str, str]]
                      ) -> tuple[np.ndarray, tuple[int, int], int]:
@@ -298,8 +327,11 @@ class DetectionLoader:
             if "fork" in torch.multiprocessing.get_all_start_methods():
                 kwargs["multiprocessing_context"] = "fork"
         # what the DataLoader requests for one epoch of a sampler: its groups of batches (no reference
-        # to this loader: the stream holds it, and a cycle would keep dead workers until a collection)
-        self._requests_of = functools.partial(BatchGroups, size=self.group)
+        # to this loader: the stream holds it, and a cycle would keep dead workers until a collection);
+        # made in one process (0-1 workers), an epoch's first batch is a request of its own, so the step
+        # does not wait for a whole pool (the rest of the pool, the next request, reuses its images)
+        self._requests_of = functools.partial(BatchGroups, size=self.group,
+                                              first=1 if workers <= 1 else None)
         self._requests = Requests(self._requests_of(batch_sampler))
         self._loader = torch.utils.data.DataLoader(dataset, batch_sampler=self._requests, num_workers=workers,
                                                    collate_fn=collate_group, pin_memory=self.pin_memory,
@@ -346,6 +378,8 @@ class DetectionLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
+        if self.workers == 0:  # made here, anew: nothing held over from an iteration left unfinished
+            self.dataset._release(done=True)
         if self._plan.upcoming is None or self.workers == 0 or self.batch_sampler.start:
             self._stream = None
             self._requests.source = self._requests_of(self.batch_sampler)
@@ -384,7 +418,7 @@ class DetectionLoader:
 
     def _tail_loader(self, sampler) -> torch.utils.data.DataLoader:
         # a one-off loader: at most one non-persistent worker for the rest of one epoch
-        return torch.utils.data.DataLoader(self.dataset, batch_sampler=BatchGroups(sampler),
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=BatchGroups(sampler, first=1),
                                            num_workers=min(self.workers, 1), collate_fn=collate_group,
                                            pin_memory=self.pin_memory,
                                            worker_init_fn=_worker_init if self.workers else None)

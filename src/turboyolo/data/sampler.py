@@ -191,19 +191,23 @@ class BatchGroups(torch.utils.data.Sampler):
     """``sampler``'s batches, consecutive batches sharing one partner pool gathered into one
     :class:`BatchGroup` of at most ``size`` batches (a batch without a pool is a group of its own): what
     one loader worker makes at a time, so each image of the pool is decoded there once (a pool cut into
-    k groups: at most k times)."""
+    k groups made by different workers: at most k times). ``first``: the first group holds at most this
+    many batches (the first batch is not kept waiting for its whole pool; the process that makes the
+    next group too still decodes each image of the pool once)."""
 
-    def __init__(self, sampler, size: int | None = None):
-        self.sampler, self.size = sampler, size
+    def __init__(self, sampler, size: int | None = None, first: int | None = None):
+        self.sampler, self.size, self.first = sampler, size, first
 
     def __iter__(self) -> Iterator[BatchGroup]:
         group, pool = BatchGroup(), None
+        limit = self.first or self.size
         for batch in self.sampler:
             key_pool = batch[0][4] if batch and len(batch[0]) > 4 else None
-            full = self.size is not None and len(group) >= self.size
+            full = limit is not None and len(group) >= limit
             if group and (key_pool is None or key_pool is not pool or full):
                 yield group
                 group = BatchGroup()
+                limit = self.size
             group.append(batch)
             pool = key_pool
         if group:

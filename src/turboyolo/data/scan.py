@@ -287,8 +287,15 @@ _THREADS_PER_PROCESS = 4  # enough to keep a disk busy while the others parse
 
 
 def _check_chunk(images: list[Path], num_classes: int | None, threads: int) -> list[_Entry]:
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(lambda image: _check_one(image, num_classes), images))
+    """:func:`_check_one` of each image, in order: ``threads`` threads, each over a run of consecutive
+    images (their file reads overlap; no task and no lock per image)."""
+    step = -(-len(images) // max(1, threads))
+    runs = [images[i:i + step] for i in range(0, len(images), step)]
+    if len(runs) <= 1:
+        return [_check_one(image, num_classes) for image in images]
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        done = pool.map(lambda run: [_check_one(image, num_classes) for image in run], runs)
+        return [entry for run in done for entry in run]
 
 
 def _leave_ctrl_c_to_the_caller() -> None:

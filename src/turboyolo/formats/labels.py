@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,33 @@ def _line_problem(parts: list[str], num_classes: int | None) -> str | None:
     return None
 
 
+# A text of only ``cls cx cy w h`` lines of plain numbers (spaces or tabs between, blank lines allowed):
+# the common file, which :func:`_clean_rows` reads without judging it line by line.
+_PLAIN_ROWS = re.compile(r"(?:[ \t]*(?:[-+.0-9eE]+[ \t]+){4}[-+.0-9eE]+[ \t]*(?:\r?\n|\Z)"
+                         r"|[ \t]*(?:\r?\n|\Z))*")
+
+
+def _clean_rows(text: str, num_classes: int | None) -> np.ndarray | None:
+    """The rows of a label text that needs no fix and has no bad line, as :func:`parse_yolo_labels` would
+    return them; None for any other text (the line-by-line check then names what it finds)."""
+    if _PLAIN_ROWS.fullmatch(text) is None:
+        return None
+    try:
+        arr = np.array([float(token) for token in text.split()], dtype=np.float64).reshape(-1, 5)
+    except ValueError:
+        return None
+    cls = arr[:, 0]
+    half = arr[:, 3:5] / 2
+    if not (np.isfinite(arr).all() and (cls == np.floor(cls)).all() and (cls >= 0).all()
+            and (num_classes is None or (cls < num_classes).all()) and (arr[:, 3:5] > 0).all()
+            and (arr[:, 1:3] - half >= 0).all() and (arr[:, 1:3] + half <= 1).all()):
+        return None
+    arr32 = arr.astype(np.float32)
+    if len(set(map(tuple, arr32.tolist()))) < len(arr32):  # duplicates: the check names them
+        return None
+    return arr32
+
+
 def _lines(numbers: list[int]) -> str:
     return ("line " if len(numbers) == 1 else "lines ") + ", ".join(map(str, numbers))
 
@@ -82,6 +110,9 @@ def parse_yolo_labels(text: str, num_classes: int | None = None) -> LabelCheck:
     Returns:
         A :class:`LabelCheck`. Blank lines are ignored; an empty file gives zero rows (background).
     """
+    clean = _clean_rows(text, num_classes)
+    if clean is not None:
+        return LabelCheck(clean if len(clean) else _empty())
     rows: list[list[float]] = []
     numbers: list[int] = []
     problems: list[str] = []

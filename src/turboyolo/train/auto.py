@@ -63,7 +63,8 @@ class ImageCosts:
 
     Attributes:
         cold_s: from the original files (read + decode + CPU augmentation).
-        warm_s: from the prepared cache with CPU augmentation.
+        warm_s: from the prepared cache with CPU augmentation (None: not measured, where the choice
+            could not use it: it reads the files whatever a cache would cost).
         device_s: from the prepared cache, CPU side of ``--augment-on device`` (None: not measured, or the
             device path does not do this run's augmentation).
         handoff_s: main-process seconds per image receiving a worker's batch (0: not measured).
@@ -72,7 +73,7 @@ class ImageCosts:
     """
 
     cold_s: float
-    warm_s: float
+    warm_s: float | None
     device_s: float | None = None
     handoff_s: float = 0.0
     worker_extra_s: float = 0.0

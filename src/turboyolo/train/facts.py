@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import cv2
@@ -162,14 +162,19 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
 
 
 def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
-                  count: int = SAMPLE_IMAGES, multiscale=None, handoff: bool = False) -> ImageCosts:
+                  count: int = SAMPLE_IMAGES, multiscale=None, handoff: bool = False,
+                  cache_side: Callable[[float], bool] | None = None) -> ImageCosts:
     """The loader's CPU-seconds per image on ``count`` of ``samples``: cold, warm and device-side; with
     ``handoff`` also, with one worker, the main process's share and the worker's cost beyond the
-    in-process one (a worker process starts: the doctor does it, a run's start does not)."""
+    in-process one (a worker process starts: the doctor does it, a run's start does not).
+    ``cache_side(cold_s)`` False: the choice cannot use what a cache would cost (the run reads the files
+    whatever it costs from a cache): only the cold cost is measured (``warm_s`` None)."""
     subset = sample_subset(samples, count)
     size = max(img_size, multiscale[1] if multiscale else 0)
     with one_thread():
         cold, _ = loader_cpu_s(subset, img_size, batch, augment, None, "cpu", multiscale=multiscale)
+        if cache_side is not None and not cache_side(cold):
+            return ImageCosts(cold, None)
         cache = prepare_cache(subset, size, None, memory="ram", workers=1, log=lambda *_: None)
         warm, _ = loader_cpu_s(subset, img_size, batch, augment, cache, "cpu", multiscale=multiscale)
         device = None
@@ -212,16 +217,26 @@ def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: Mod
                     (0 if value is None else value, source) for name, (value, source) in requested.items()}
         return given_pipeline(fallback)
     val = scans[1].samples if scans else scan_dataset(data, "val").samples
-    costs = measure_costs(train, img_size, mini_batch, augment, multiscale=multiscale)
     cache_bytes = estimate_bytes(train, size) + estimate_bytes(val, img_size)
     machine = machine_facts(device, default_cache_root(data, "train", size))
     if world_size > 1:  # the ranks of a node share its cores and memory
         machine = dataclasses.replace(machine, cores=max(1, machine.cores // world_size),
                                       free_ram=machine.free_ram // world_size)
     step_s, how = estimate_step_s(spec, img_size, device)
+    unsupported = device_augment_unsupported(augment)
+
+    def cache_side(cold_s: float) -> bool:
+        # whether the choice could read a cache's costs: with the cold cost alone (any stand-in for the
+        # others), does it choose a cache or the device path? If not, it never reads them
+        probe = choose_pipeline(requested, ImageCosts(cold_s, cold_s), machine, step_s, cache_bytes,
+                                unsupported)
+        return probe.cache != "none" or probe.augment_on == "device"
+
+    costs = measure_costs(train, img_size, mini_batch, augment, multiscale=multiscale, cache_side=cache_side)
+    cached = (f"{1000 * costs.warm_s:.2f} ms from a cache" if costs.warm_s is not None else
+              "a cache not measured (this run reads the files)")
     log(f"input pipeline: measured on {len(sample_subset(train))} training images: "
-        f"{1000 * costs.cold_s:.1f} ms per image from the files, {1000 * costs.warm_s:.2f} ms from a cache"
+        f"{1000 * costs.cold_s:.1f} ms per image from the files, {cached}"
         + (f", {1000 * costs.device_s:.2f} ms with device augmentation" if costs.device_s is not None else "")
         + f"; step ~{1000 * step_s:.2f} ms per image ({how})")
-    unsupported = device_augment_unsupported(augment)
     return choose_pipeline(requested, costs, machine, step_s, cache_bytes, unsupported)

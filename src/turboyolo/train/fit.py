@@ -209,8 +209,10 @@ def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
                          mix=mixing(state.epoch, run, close_mosaic, run.say),
                          upcoming=lambda epoch: planned_mixing(epoch, run, close_mosaic))
     batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
-    if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them
-        batches = session.logger.first_batches(batches, data.names)
+    pictures = None
+    if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them, each
+        # drawn after its step (off the path to the first step)
+        batches = pictures = session.logger.first_batches(batches, data.names)
     session.progress.start(state.epoch + 1, run.planned_epochs(), len(data.train), state.epoch_batches)
     monitor, reason = session.monitor, None
     stats, gpu_readings, epoch_start = EpochStats(options.device), [], time.perf_counter()
@@ -233,6 +235,8 @@ def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
         reason = session.stop.reason(state, session.train_seconds + time.perf_counter() - epoch_start)
         if reason is not None:
             break
+    if hasattr(pictures, "close"):  # a run that stopped after a batch it has not drawn yet draws it now
+        pictures.close()
     session.progress.close()
     session.train_seconds += time.perf_counter() - epoch_start
     return reason, stats, gpu_readings

@@ -174,7 +174,9 @@ class RunLogger:
         return path
 
     def first_batches(self, batches: Iterable, names: Sequence[str]) -> Iterator:
-        """Wrap the first epoch's batches: ``train_batch0..2.jpg`` as the network sees them, logged too."""
+        """Wrap the first epoch's batches: ``train_batch0..2.jpg`` as the network sees them, logged too;
+        each drawn after its step (:func:`turboyolo.train.plots.plot_first_batches`: close the returned
+        generator when the loop stops early)."""
         yield from plot_first_batches(
             batches, self.run_dir, names,
             on_written=lambda path: self.image_files({path.stem: path}, None, prefix="train"),

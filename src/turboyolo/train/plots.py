@@ -156,21 +156,38 @@ def plot_first_batches(
 ) -> Iterator:
     """Yield ``batches`` unchanged, writing ``train_batch{i}.jpg`` for the first ``count`` of them.
 
-    ``batches`` yields ``(images, targets, metas)`` as the training loaders do. ``--augment-on device``
-    batches (:class:`turboyolo.data.device_loader.CanvasBatch`) are augmented on the CPU for the
-    picture, which draws exactly what the device will compute (the warp and colour numbers are in the
-    batch). Only the first ``count`` batches cost anything; ``on_written`` gets each path written.
+    ``batches`` yields ``(images, targets, metas)`` as the training loaders do. A batch is drawn once the
+    consumer has taken it and asks for the next (its step comes first: the first step does not wait for
+    a picture, and on an accelerator the drawing overlaps the step), or when this generator is closed
+    or ends (a run that stops after it): close it when the loop ends early. ``--augment-on device``
+    batches (:class:`turboyolo.data.device_loader.CanvasBatch`, whose buffer the loader reuses a few
+    batches on) are drawn before they are yielded, augmented on the CPU for the picture, which draws
+    exactly what the device will compute (the warp and colour numbers are in the batch). Only the first
+    ``count`` batches cost anything; ``on_written`` gets each path written.
     """
     out_dir = Path(out_dir)
-    for index, batch in enumerate(batches):
-        if index < count:
-            images, targets = batch[0], batch[1]
-            if hasattr(images, "to_device"):
-                images = move_to_device(images, "cpu")  # float [0, 1]
-            path = plot_train_batch(images, targets, out_dir / f"train_batch{index}.jpg", names)
-            if on_written is not None:
-                on_written(path)
-        yield batch
+
+    def draw(index: int, images, targets) -> None:
+        path = plot_train_batch(images, targets, out_dir / f"train_batch{index}.jpg", names)
+        if on_written is not None:
+            on_written(path)
+
+    pending = None  # (index, images, targets) of the batch the consumer has, drawn when it comes back
+    try:
+        for index, batch in enumerate(batches):
+            if pending is not None:
+                draw(*pending)
+                pending = None
+            if index < count:
+                images, targets = batch[0], batch[1]
+                if hasattr(images, "to_device"):
+                    draw(index, move_to_device(images, "cpu"), targets)  # float [0, 1]
+                else:
+                    pending = (index, images, targets)
+            yield batch
+    finally:
+        if pending is not None:
+            draw(*pending)
 
 
 def _tile(image: np.ndarray, side: int) -> tuple[torch.Tensor, float]:
