@@ -247,8 +247,10 @@ def test_every_value_in_config_yaml_is_what_the_run_used(tmp_path, monkeypatch):
     assert (evaluated["conf_thres"], evaluated["iou_thres"], evaluated["nms_thres"]) == (
         saved["eval"]["conf_thres"], saved["eval"]["iou_thres"], saved["eval"]["nms_thres"]) == (
         0.2, 0.5, 0.5)
-    assert None not in [value for group in ("data_args", "schedule", "optim", "eval") for value in
-                        saved[group].values()]
+    optional = {"drop_suspect"}  # an input the run was not given (no audit): null says so
+    assert None not in [value for group in ("data_args", "schedule", "optim", "eval")
+                        for key, value in saved[group].items() if key not in optional]
+    assert data_args["drop_suspect"] is None
     assert "auto" not in (data_args["cache"], data_args["augment_on"])
     ckpt = torch.load(tmp_path / "runs" / "spy" / "weights" / "last.pt", weights_only=False)
     assert ckpt["config"]["data_args"] == data_args  # the checkpoint holds the same resolved values
