@@ -206,3 +206,13 @@ def test_folds_0_predicts_with_the_weights_as_they_are_and_warns_when_they_saw_t
     assert "--folds 0" in out and "audit: 6 images" in out
     assert not (tmp_path / "audits" / "exp" / "folds").exists()
     assert len(json.loads((tmp_path / "audits" / "exp" / "image_ids.json").read_text())) == 6
+
+
+def test_a_val_split_that_does_not_scan_is_named_not_left_out(tmp_path, capsys):
+    """A `valid =` naming a missing list (a typo) would leave half the data set unaudited: refused, named."""
+    data = make_dataset(tmp_path / "data", num_train=4, num_val=2, num_classes=2)
+    text = data.read_text()
+    data.write_text("".join("valid = vall.txt\n" if line.startswith("valid") else line + "\n"
+                            for line in text.splitlines()))
+    assert main(["audit", "--data", str(data), "--folds", "0", "--project", str(tmp_path / "runs")]) == 1
+    assert "vall.txt" in capsys.readouterr().err

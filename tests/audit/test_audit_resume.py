@@ -12,6 +12,7 @@ import pytest
 from synth import make_dataset, make_image_folder, micro_cfg
 from turboyolo.audit import folds as folds_module
 from turboyolo.cli import main
+from turboyolo.data.scan import scan_dataset
 from turboyolo.formats.issues import read_issues
 from turboyolo.model.loading import read_checkpoint
 
@@ -109,3 +110,26 @@ def test_a_fold_cut_in_its_training_continues_from_its_checkpoint(tmp_path, caps
     finished = read_checkpoint(folds / "fold2" / "train" / "weights" / "last.pt")
     assert finished["epoch"] == 2 and finished["iteration"] == 4  # 4 images, batch 2: 2 iterations an epoch
     assert len(json.loads((tmp_path / "runs" / "audit" / "image_ids.json").read_text())) == 8
+
+
+def test_folds_list_images_as_the_data_set_does_so_a_linked_folder_keeps_its_labels(tmp_path, fakes):
+    """``images/`` a link to where the photos are, ``labels/`` beside the link (as a data set on a
+    mounted disk often is): each fold's lists name the images through the link, where the trainer finds
+    their labels; and a fold trained anew never continues a checkpoint left from other images."""
+    trainer, _ = fakes
+    make_image_folder(tmp_path / "data", count=6, num_classes=2)
+    (tmp_path / "data" / "images").rename(tmp_path / "photos")
+    (tmp_path / "data" / "images").symlink_to(tmp_path / "photos", target_is_directory=True)
+    cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2)
+    command = ["audit", "--data", str(tmp_path / "data" / "images"), "--cfg", str(cfg), "--folds", "2",
+               "--project", str(tmp_path / "runs"), "--name", "audit", "--exist-ok"]
+    assert main(command) == 0
+    fold = tmp_path / "runs" / "audit" / "folds" / "fold1"
+    scan = scan_dataset(fold / "fold.data", "train", ["a", "b"])
+    assert len(scan.samples) == 3 and all(len(sample.labels) for sample in scan.samples)
+    assert all(str(tmp_path / "data" / "images") in line for line in (fold / "train.txt").read_text().split())
+    # a rerun on other images: the fold is trained anew, its old training folder gone before it starts
+    stale = fold / "train" / "weights" / "stale.pt"
+    stale.write_bytes(b"")
+    assert main([*command, "--seed", "7"]) == 0
+    assert not stale.exists() and ("new", "fold1") in trainer.calls

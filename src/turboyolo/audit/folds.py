@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,17 @@ def fold_parts(keys: list[str], folds: int, seed: int) -> list[list[str]]:
 @dataclass
 class Fold:
     """Fold ``index`` (from 0) of the audit in ``run_dir``: the images it trains on and those it
-    predicts."""
+    predicts (by real path), and ``listed``: each image's path as its data set lists it, which the fold's
+    lists name so that the trainer finds its label file beside it (through a linked folder too)."""
 
     run_dir: Path
     index: int
     train: list[str]
     held_out: list[str]
+    listed: dict[str, str] = field(default_factory=dict)
+
+    def as_listed(self, keys: list[str]) -> list[str]:
+        return sorted(self.listed.get(key, key) for key in keys)
 
     @property
     def folder(self) -> Path:
@@ -101,9 +107,10 @@ def train_fold(fold: Fold, config: TrainConfig, why_not: str | None, names_file:
     else:
         if why_not:
             log(f"{name}: its earlier training is not reused ({why_not}): trained anew")
+        shutil.rmtree(fold.folder / "train", ignore_errors=True)  # never continued into other images
         fold.folder.mkdir(parents=True, exist_ok=True)
-        _write_list(fold.folder / "train.txt", fold.train)
-        _write_list(fold.folder / "held_out.txt", fold.held_out)
+        _write_list(fold.folder / "train.txt", fold.as_listed(fold.train))
+        _write_list(fold.folder / "held_out.txt", fold.as_listed(fold.held_out))
         write_darknet_data(fold.folder / "fold.data", len(names_file.read_text().splitlines()),
                            fold.folder / "train.txt", fold.folder / "held_out.txt", names_file)
         (fold.folder / PREDICTIONS).unlink(missing_ok=True)
@@ -118,7 +125,7 @@ def earlier_training(fold: Fold, config: TrainConfig) -> str | None:
     if not fold.checkpoint.is_file():
         return "" if not fold.folder.exists() else "it left no checkpoint"
     for file, mine in (("train.txt", fold.train), ("held_out.txt", fold.held_out)):
-        if _read_list(fold.folder / file) != sorted(mine):
+        if _read_list(fold.folder / file) != fold.as_listed(mine):
             return f"its {file} lists other images: another data set, --folds or --seed"
     try:
         saved = TrainConfig.from_dict(read_checkpoint(str(fold.checkpoint))["config"])

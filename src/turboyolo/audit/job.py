@@ -155,12 +155,9 @@ def collect(data: str | Path) -> Audited:
     samples: dict[str, Sample] = {}
     excluded: list[tuple[str, str]] = []
     for split in ("train", "val"):
-        try:
-            scan = scan_dataset(data, split, config.names)
-        except DataError:
-            if split == "val":
-                continue  # a data set with a training split only
-            raise
+        if not config.split(split):
+            continue  # a data set with a training split only; a val split it names must scan
+        scan = scan_dataset(data, split, config.names)
         for sample in scan.samples:
             samples.setdefault(os.path.realpath(sample.image), sample)
         excluded += [item for item in scan.excluded if not item[1].startswith("listed twice")]
@@ -278,6 +275,7 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
         found, failed = predict_images(request.weights, request.cfg, list(by_key.values()), args)
         return found, failed, [sorted(by_key)], 0.0
     parts = fold_parts(list(by_key), min(args.folds, len(by_key)), args.seed)
+    listed = {key: os.path.abspath(sample.image) for key, sample in by_key.items()}
     names_file = run_dir / "folds" / "classes.names"
     write_names(names_file, audited.names)
     predictions: dict[str, Prediction] = {}
@@ -286,7 +284,7 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
     for index, part in enumerate(parts):
         began = time.time()
         others = [key for k, other in enumerate(parts) if k != index for key in other]
-        fold = Fold(run_dir, index, others, part)
+        fold = Fold(run_dir, index, others, part, listed)
         config = train_config(fold, args, request.cfg, request.weights)
         why_not = earlier_training(fold, config)
         kept = kept_predictions(fold, args) if why_not is None else None
