@@ -49,7 +49,7 @@ class FakePredictor:
         self.predicted: list[str] = []
         self.by: dict[str, str] = {}
 
-    def __call__(self, weights, cfg, samples, args):
+    def __call__(self, weights, cfg, samples, args, log=print):
         found = {}
         for sample in samples:
             height, width = sample.hw

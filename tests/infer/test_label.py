@@ -115,3 +115,18 @@ def test_a_label_a_person_saves_while_the_model_predicts_is_kept(boxes_dataset, 
     with open(tmp_path / "runs" / "exp" / "review.csv") as handle:
         statuses = [row["status"] for row in csv.DictReader(handle)]
     assert statuses.count("kept") == 1 and statuses.count("written") == len(labels) - 1
+
+
+def test_label_says_where_max_det_cut_what_it_wrote(boxes_dataset, tiny_cfg, tiny_weights_file, tmp_path,
+                                                    capsys):
+    """An untrained model sees boxes everywhere: each label file holds at most --max-det rows, and the
+    summary says on how many images the cap dropped detections (they would train as background)."""
+    for path in (boxes_dataset / "labels").glob("*.txt"):
+        path.unlink()
+    assert main(["label", "--cfg", str(tiny_cfg), "--weights", str(tiny_weights_file), "--data",
+                 str(boxes_dataset / "images"), "--conf-thres", "0.001", "--max-det", "2", "--device", "cpu",
+                 "--project", str(tmp_path / "runs")]) == 0
+    labels = sorted((boxes_dataset / "labels").glob("*.txt"))
+    assert labels and all(len(p.read_text().splitlines()) == 2 for p in labels)
+    assert f"caps: 2 detections (--max-det) reached on {len(labels)} of {len(labels)} images" in \
+        capsys.readouterr().err

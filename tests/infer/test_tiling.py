@@ -140,3 +140,22 @@ def test_detect_command_with_tiles(tiny_cfg, tmp_path):
     assert main(args) == 0
     assert (tmp_path / "runs" / "exp" / "labels" / "big.txt").is_file()
     assert main(args[:-4] + ["--fast-decode"]) == 1  # full resolution is the point of --tile
+
+
+def test_tiled_detect_caps_the_merged_detections_and_says_so(tiny_cfg, tmp_path, capsys):
+    """--max-det caps an image's merged detections (not each tile's) and the caps line counts the image
+    once, as it does untiled."""
+    from turboyolo.cli import main
+    from turboyolo.model.loading import build_model, save_darknet_weights
+
+    weights = save_darknet_weights(build_model(tiny_cfg), tmp_path / "tiny.weights")
+    cv2.imwrite(str(tmp_path / "big.png"), np.random.default_rng(1).integers(0, 255, (160, 256, 3), np.uint8))
+    args = ["detect", str(tmp_path / "big.png"), "--cfg", str(tiny_cfg), "--weights", str(weights), "--tile",
+            "64", "--conf-thres", "0.001", "--save-txt", "--device", "cpu", "--project",
+            str(tmp_path / "runs")]
+    assert main([*args, "--max-det", "3"]) == 0
+    assert len((tmp_path / "runs" / "exp" / "labels" / "big.txt").read_text().splitlines()) == 3
+    assert "caps: 3 detections (--max-det) reached on 1 of 1 images" in capsys.readouterr().err
+    assert main([*args, "--max-det", "100000"]) == 0  # an untrained model: more than 3 boxes, no cap
+    assert len((tmp_path / "runs" / "exp2" / "labels" / "big.txt").read_text().splitlines()) > 3
+    assert "caps:" not in capsys.readouterr().err

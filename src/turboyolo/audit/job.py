@@ -54,7 +54,15 @@ from turboyolo.formats.issues import IMAGES_NAME, ISSUES_NAME, KINDS, LabelIssue
 from turboyolo.formats.labels import write_names
 from turboyolo.infer.predict import Prediction, Predictor
 from turboyolo.model.loading import is_checkpoint, read_checkpoint, resolve_model
-from turboyolo.options import RunDirArgs, check_img_size, device_option, img_size_option, option, require
+from turboyolo.options import (
+    MAX_DET,
+    RunDirArgs,
+    check_img_size,
+    device_option,
+    img_size_option,
+    option,
+    require,
+)
 from turboyolo.rundir import check_outside, removed_if_empty, same_file
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
@@ -272,7 +280,7 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
     by_key = dict(_keyed(audited.samples))
     if args.folds == 0:
         log(f"--folds 0: {request.weights} predicts every image as it is (no fine-tuning)")
-        found, failed = predict_images(request.weights, request.cfg, list(by_key.values()), args)
+        found, failed = predict_images(request.weights, request.cfg, list(by_key.values()), args, log)
         return found, failed, [sorted(by_key)], 0.0
     parts = fold_parts(list(by_key), min(args.folds, len(by_key)), args.seed)
     listed = {key: os.path.abspath(sample.image) for key, sample in by_key.items()}
@@ -298,7 +306,7 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
                     f"predicting the {len(part)} held out")
             weights = train_fold(fold, config, why_not, names_file, args, log)
             train_seconds += time.time() - began
-            found, failed = predict_images(weights, None, [by_key[key] for key in part], args)
+            found, failed = predict_images(weights, None, [by_key[key] for key in part], args, log)
             save_predictions(fold, args, found, failed)
             took = (time.time() - began) / 60
             left = (len(parts) - index - 1) * took if why_not is not None else 0  # a continued fold: no guide
@@ -310,11 +318,11 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
     return predictions, skipped, parts, train_seconds
 
 
-def predict_images(weights: str, cfg: str | None, samples: list[Sample], args: AuditArgs
-                   ) -> tuple[dict[str, Prediction], list[tuple[str, str]]]:
+def predict_images(weights: str, cfg: str | None, samples: list[Sample], args: AuditArgs,
+                   log: Callable[[str], None] = print) -> tuple[dict[str, Prediction], list[tuple[str, str]]]:
     """``weights``' predictions for ``samples`` (by real path), at every confidence from ``--conf-thres``,
-    one per class where several pass (Darknet's multi-label rule); images that fail to decode are
-    returned with their reason."""
+    one per class where several pass (Darknet's multi-label rule), at most :data:`MAX_DET` per image
+    (``log`` says where that cap bit); images that fail to decode are returned with their reason."""
     predictor = Predictor.load(weights, cfg, device=args.device, img_size=args.img_size, say=lambda _: None)
     found, failed = {}, []
     batch: list[tuple[str, np.ndarray]] = []
@@ -328,12 +336,13 @@ def predict_images(weights: str, cfg: str | None, samples: list[Sample], args: A
                                                max_det=MAX_DET)
             found.update({key: result for (key, _), result in zip(batch, results)})
             batch = []
+    if predictor.caps.summary():
+        log(predictor.caps.summary())
     return found, failed
 
 
 PREDICT_BATCH = 8
 NMS_IOU = 0.45  # per-class NMS of the evidence (Darknet's detector test value)
-MAX_DET = 300
 
 
 def evidence_of(sample: Sample, prediction: Prediction) -> ImageEvidence:

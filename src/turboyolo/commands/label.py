@@ -7,6 +7,7 @@ group is ``turboyolo detect``'s); the job is :func:`turboyolo.infer.labeling.run
 from __future__ import annotations
 
 import argparse
+import sys
 
 from turboyolo.infer.labeling import GROUPS, LabelRequest, run_label
 from turboyolo.options import add_flags, add_input_flags, read_flags, refuse_flag
@@ -21,4 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     report = run_label(LabelRequest(args.weights, args.data, args.cfg, **read_flags(args, GROUPS)))
     print(report.summary())
+    if report.caps:  # boxes the model saw and the label files lack: they would train as background
+        print(f"note: {report.caps}", file=sys.stderr)
     return 0

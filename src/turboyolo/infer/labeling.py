@@ -71,6 +71,7 @@ class LabelReport:
 
     out_dir: Path
     rows: list[ReviewRow]
+    caps: str = ""  # where --max-det or --max-candidates changed what was written ('' where nowhere)
 
     def summary(self) -> str:
         """Two lines: the counts (labelled, with no box, kept, unreadable) and where the review is."""
@@ -128,7 +129,7 @@ def run_label(request: LabelRequest) -> LabelReport:
     write_names(out_dir / "classes.names", names)  # `turboyolo review <run dir>` shows the classes by name
     written = (out_dir / "review.csv", out_dir / "contact_sheet.jpg", out_dir / "classes.names")
     record_outputs(out_dir, [path for path in written if path.exists()])
-    return LabelReport(out_dir, rows)
+    return LabelReport(out_dir, rows, predictor.caps.summary())
 
 
 def _check_label_folders(images: list[Path], overwrite: bool) -> None:

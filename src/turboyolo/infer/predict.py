@@ -300,9 +300,17 @@ class Predictor:
             return self.predict_arrays(crops, conf_thres, nms_thres, multi_label=multi_label, classes=classes,
                                        max_det=None, max_candidates=max_candidates)
 
-        merged = detect_tiled(predict, image, tiles, batch_size=batch_size, nms_thres=nms_thres,
-                              max_det=max_det)
-        return Prediction(merged.boxes, merged.scores, merged.classes, image.shape[1], image.shape[0])
+        image_caps, self.caps = self.caps, CapCounts()  # the tiles' counts, folded into one image's below
+        try:
+            merged = detect_tiled(predict, image, tiles, batch_size=batch_size, nms_thres=nms_thres)
+        finally:
+            tile_caps, self.caps = self.caps, image_caps
+        reached = max_det is not None and len(merged.scores) > max_det
+        keep = slice(max_det if reached else None)  # merged detections come best first
+        self.caps.max_det_cap, self.caps.max_candidates_cap = max_det, max_candidates
+        self.caps.count(tile_caps.most_candidates, reached, tile_caps.candidates > 0)
+        return Prediction(merged.boxes[keep], merged.scores[keep], merged.classes[keep], image.shape[1],
+                          image.shape[0])
 
     def predict(self, paths: Sequence[str | Path], **kwargs) -> list[Prediction]:
         """Detect on image files (decoded at full resolution, EXIF orientation applied)."""
