@@ -11,7 +11,8 @@ The output rule (each writer calls these before it writes):
 - two inputs never share an output name (:class:`OutputNames`);
 - ``train --resume`` writes only into the checkpoint's own run directory or the ``--project/--name``
   given (:func:`resume_run_dir`);
-- a command that fails before writing anything leaves no empty run directory (:func:`removed_if_empty`).
+- a command that fails before writing anything leaves no empty run directory (:func:`removed_if_empty`);
+- an output a later call reads back is replaced whole or not at all (:func:`write_atomically`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ def next_run_dir(project: str | Path, name: str = "exp", exist_ok: bool = False)
     except OSError as err:
         raise OutputError(f"{printable(candidate)}: cannot create the run directory ({err.strerror}); "
                           "choose a writable folder with --project") from None
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """``path`` replaced in one step (a temporary file beside it, renamed over it): a Ctrl-C or a full disk
+    leaves the old file or the new one, never half of one, and no temporary file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def same_file(a: str | Path, b: str | Path) -> bool:

@@ -216,3 +216,13 @@ def test_a_val_split_that_does_not_scan_is_named_not_left_out(tmp_path, capsys):
                             for line in text.splitlines()))
     assert main(["audit", "--data", str(data), "--folds", "0", "--project", str(tmp_path / "runs")]) == 1
     assert "vall.txt" in capsys.readouterr().err
+
+
+def test_more_folds_than_images_is_refused_with_the_fix(tmp_path, capsys, fakes):
+    images = make_image_folder(tmp_path / "data", count=2, num_classes=2)
+    cfg = micro_cfg(tmp_path / "micro.cfg", num_classes=2)
+    assert main(["audit", "--data", str(images[0].parent), "--cfg", str(cfg), "--folds", "3",
+                 "--project", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "--folds 3 needs at least 3 usable images" in err and "has 2" in err and "Traceback" not in err
+    assert fakes[0].calls == [] and not (tmp_path / "runs" / "exp").exists()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from turboyolo.audit.calibration import Calibration, NothingThere
+from turboyolo.audit.calibration import Calibration, NothingThere, _isotonic
 from turboyolo.audit.evidence import ImageEvidence
-from turboyolo.audit.scores import Judges, image_score, score_all, score_image
+from turboyolo.audit.scores import ISSUE_FLOOR, Judges, image_score, score_all, score_image
 
 
 def _clean_images(count: int, seed: int = 0) -> list[ImageEvidence]:
@@ -43,6 +43,10 @@ def test_agreeing_labels_score_low(calibration):
     rows = score_image(_clean_images(1, seed=5)[0], calibration)
     assert len(rows) == 3 and all(row.given for row in rows)
     assert max(row.score for row in rows) < 0.5
+    # a box the model sees where it is, as its class, is no issue: "ok", no suggestion, not counted
+    ok = [row for row in rows if row.score < ISSUE_FLOOR]
+    assert ok and all(row.kind == "ok" and row.suggested_cls is None for row in ok)
+    assert image_score("x", rows, 3).issues == 3 - len(ok)
 
 
 def test_a_label_of_the_wrong_class_gets_the_class_the_model_sees(calibration):
@@ -112,6 +116,16 @@ def test_the_calibrated_chance_grows_with_the_confidence_and_stays_in_0_1():
     chance = Calibration(images, 1)(np.linspace(0, 1, 11), np.zeros(11))
     assert np.all(np.diff(chance) >= 0) and chance[0] < 0.1 and chance[-1] > 0.9
     assert chance.min() >= 0 and chance.max() <= 1
+
+
+def test_the_calibration_does_not_depend_on_the_order_of_tied_confidences():
+    """Scores read back from predictions.json are rounded, so ties are common: the same predictions in
+    another order give the same curve."""
+    x = np.array([0.3, 0.5, 0.5, 0.7])
+    curves = [_isotonic(x, np.array(y, bool)) for y in ([0, 0, 1, 1], [0, 1, 0, 1])]
+    np.testing.assert_array_equal(curves[0][0], curves[1][0])
+    np.testing.assert_array_equal(curves[0][1], curves[1][1])
+    assert np.interp(0.45, *curves[0]) == pytest.approx(0.375)
 
 
 def test_the_chance_of_nothing_there_falls_as_the_sign_of_an_object_grows():

@@ -51,6 +51,7 @@ CASES = [  # seed, images, classes, detections per image (max), max_det, tie dig
     (4, 20, 2, 80, 10, None),  # max-det per image and class bites in the evaluator
     (5, 3, 1, 5, 100, None),
     (6, 60, 10, 30, 100, 2),
+    (7, 20, 2, 30, 3, None),  # --max-det under 10: the evaluator must not read it at 10
 ]
 
 

@@ -55,12 +55,14 @@ class Calibration:
 
 def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The non-decreasing step function closest to ``y`` over ``x`` (pool adjacent violators), as its
-    steps' mean x and value."""
-    order = np.argsort(x, kind="stable")
+    steps' mean x and value. Equal x are one point first (their mean y, weighed by their count), so the
+    curve does not depend on the order of tied confidences."""
+    unique, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse.reshape(-1), weights=y.astype(float), minlength=len(unique))
     means, weights, xs = [], [], []
-    for xi, yi in zip(x[order].tolist(), y[order].astype(float).tolist()):
+    for xi, yi, wi in zip(unique.tolist(), (sums / counts).tolist(), counts.astype(float).tolist()):
         means.append(yi)
-        weights.append(1.0)
+        weights.append(wi)
         xs.append(xi)
         while len(means) > 1 and means[-2] >= means[-1]:
             w = weights[-2] + weights[-1]

@@ -20,6 +20,7 @@ same images and settings. The audit reads label files and never writes one.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import time
@@ -63,7 +64,7 @@ from turboyolo.options import (
     option,
     require,
 )
-from turboyolo.rundir import check_outside, removed_if_empty, same_file
+from turboyolo.rundir import check_outside, removed_if_empty, same_file, write_atomically
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
 SHEET_ROWS = 20  # rows drawn on each kind's contact sheet
@@ -282,7 +283,10 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
         log(f"--folds 0: {request.weights} predicts every image as it is (no fine-tuning)")
         found, failed = predict_images(request.weights, request.cfg, list(by_key.values()), args, log)
         return found, failed, [sorted(by_key)], 0.0
-    parts = fold_parts(list(by_key), min(args.folds, len(by_key)), args.seed)
+    if len(by_key) < args.folds:  # a fold without images would train on nothing or predict nothing
+        raise FlagError(f"--folds {args.folds} needs at least {args.folds} usable images, {request.data} has "
+                        f"{len(by_key)}; use fewer folds, or --folds 0 with a model that never saw them")
+    parts = fold_parts(list(by_key), args.folds, args.seed)
     listed = {key: os.path.abspath(sample.image) for key, sample in by_key.items()}
     names_file = run_dir / "folds" / "classes.names"
     write_names(names_file, audited.names)
@@ -399,14 +403,15 @@ def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidenc
         worst = [row for row in rows if row.kind == kind and row.score >= SHEET_FLOOR][:SHEET_ROWS]
         if worst:
             draw_sheet(run_dir / f"sheet_{kind}.jpg", worst, rows, audited.names)
-    with open(run_dir / IMAGES_NAME, "w", newline="", encoding="utf-8", errors="surrogateescape") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["rank", "image", "score", "chance", *KINDS, "boxes", "issues", "fold"])
-        for rank, item in enumerate(ranking, start=1):
-            fold = folds_of.get(os.path.realpath(item.image))
-            writer.writerow([rank, item.image, f"{item.score:.4f}", f"{item.chance:.4f}",
-                             *(f"{item.kinds[kind]:.4f}" for kind in KINDS), item.boxes, item.issues,
-                             "" if fold is None else fold + 1])
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(["rank", "image", "score", "chance", *KINDS, "boxes", "issues", "fold"])
+    for rank, item in enumerate(ranking, start=1):
+        fold = folds_of.get(os.path.realpath(item.image))
+        writer.writerow([rank, item.image, f"{item.score:.4f}", f"{item.chance:.4f}",
+                         *(f"{item.kinds[kind]:.4f}" for kind in KINDS), item.boxes, item.issues,
+                         "" if fold is None else fold + 1])
+    write_atomically(run_dir / IMAGES_NAME, table.getvalue())
     results, ids = [], {}
     for image_id, evidence in enumerate(evidences):
         ids[image_id] = evidence.image
@@ -414,12 +419,14 @@ def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidenc
             results.append({"image_id": image_id, "category_id": int(cls),
                             "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
                             "score": round(score, 5)})
-    (run_dir / "predictions.json").write_text(json.dumps(results))
-    (run_dir / "image_ids.json").write_text(json.dumps(ids, indent=1, ensure_ascii=True))
+    # the ids first: predictions.json is read back only with the image_ids.json beside it
+    (run_dir / "predictions.json").unlink(missing_ok=True)
+    write_atomically(run_dir / "image_ids.json", json.dumps(ids, indent=1, ensure_ascii=True))
+    write_atomically(run_dir / "predictions.json", json.dumps(results))
     skipped = [*audited.excluded, *skipped]
     if skipped:
-        (run_dir / "skipped.txt").write_text("".join(f"{printable(p)}\t{printable(r)}\n" for p, r in skipped),
-                                             encoding="utf-8")
+        write_atomically(run_dir / "skipped.txt",
+                         "".join(f"{printable(p)}\t{printable(r)}\n" for p, r in skipped))
 
 
 def _write_settings(run_dir: Path, request: AuditRequest, folds: list[list[str]], minutes: float,
@@ -428,4 +435,4 @@ def _write_settings(run_dir: Path, request: AuditRequest, folds: list[list[str]]
     settings = {"data": str(request.data), "weights": request.weights, "cfg": request.cfg,
                 "audit": asdict(request.audit), "folds": [len(part) for part in folds],
                 "minutes": round(minutes, 2), "train_minutes": round(train_minutes, 2)}
-    (run_dir / "audit.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    write_atomically(run_dir / "audit.yaml", yaml.safe_dump(settings, sort_keys=False))

@@ -33,7 +33,7 @@ from turboyolo.audit.evidence import MATCH_IOU, NEAR_IOU, ImageEvidence, sign_of
 from turboyolo.boxes import box_iou
 from turboyolo.formats.issues import KINDS, LabelIssue
 
-MISSING_FLOOR = 0.05  # missing boxes scored lower are not listed (the long tail of faint predictions)
+ISSUE_FLOOR = 0.05  # rows scored lower are no issue: a given box is "ok", a missing one is not listed
 SUGGESTS_FROM = 0.5  # a label seen this poorly (1 - see(c, l)) takes its location suggestion for itself
 
 
@@ -90,8 +90,8 @@ def _given_row(evidence: ImageEvidence, index: int, seen: np.ndarray, conf: np.n
         suggested_cls = swap
     elif kind == "location":
         suggested_cls, suggested_box = cls, tuple(float(v) for v in preds[where, :4])
-    if score <= 0:
-        kind, score = "ok", 0.0
+    if score < ISSUE_FLOOR:  # its score stays: the image's expected mistakes count every row
+        kind, suggested_cls, suggested_box = "ok", None, None
     row = LabelIssue(evidence.image, kind, round(score, 4), cls, box, suggested_cls, suggested_box,
                      evidence.width, evidence.height)
     return row, where, own
@@ -104,7 +104,7 @@ def _missing_rows(evidence: ImageEvidence, conf: np.ndarray, ious: np.ndarray,
     covered = ious.max(1, initial=0.0) if ious.size else np.zeros(len(preds))
     score = conf * (1 - covered)
     order = [p for p in np.argsort(-score, kind="stable")
-             if covered[p] < MATCH_IOU and p not in suggestions and score[p] >= MISSING_FLOOR]
+             if covered[p] < MATCH_IOU and p not in suggestions and score[p] >= ISSUE_FLOOR]
     kept: list[int] = []
     for p in order:
         if kept and box_iou(preds[p:p + 1, :4], preds[kept, :4]).max() >= MATCH_IOU:
@@ -134,11 +134,11 @@ class ImageScore:
 
 def image_score(image: str, rows: Sequence[LabelIssue], given_boxes: int) -> ImageScore:
     """The sum of the image's row scores, ``1 - prod(1 - s)``, and per kind the highest score."""
-    scores = np.clip(np.asarray([row.score for row in rows if row.kind != "ok"], np.float64), 0, 1)
+    scores = np.clip(np.asarray([row.score for row in rows], np.float64), 0, 1)
     chance = float(1 - np.prod(1 - scores)) if len(scores) else 0.0
     kinds = {kind: max((row.score for row in rows if row.kind == kind), default=0.0) for kind in KINDS}
     return ImageScore(image, round(float(scores.sum()), 4), round(chance, 4), kinds, given_boxes,
-                      int(len(scores)))
+                      sum(row.kind != "ok" for row in rows))
 
 
 def score_all(evidences: Sequence[ImageEvidence], num_classes: int

@@ -62,12 +62,14 @@ def _crop(image: np.ndarray, row: LabelIssue, others: Sequence[LabelIssue]) -> n
     cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
     left, top = int(round(cx - side / 2)), int(round(cy - side / 2))
     size = int(round(side))
-    canvas = np.full((size, size, 3), 127, np.uint8)
-    sx1, sy1, sx2, sy2 = max(left, 0), max(top, 0), min(left + size, width), min(top + size, height)
-    if sx2 > sx1 and sy2 > sy1:
-        canvas[sy1 - top : sy2 - top, sx1 - left : sx2 - left] = image[sy1:sy2, sx1:sx2]
     scale = TILE / size
-    tile = cv2.resize(canvas, (TILE, TILE), interpolation=cv2.INTER_AREA)
+    tile = np.full((TILE, TILE, 3), 127, np.uint8)  # grey outside the image; never a canvas of `size`
+    sx1, sy1, sx2, sy2 = max(left, 0), max(top, 0), min(left + size, width), min(top + size, height)
+    tx1, ty1 = int(round((sx1 - left) * scale)), int(round((sy1 - top) * scale))
+    tx2, ty2 = int(round((sx2 - left) * scale)), int(round((sy2 - top) * scale))
+    if sx2 > sx1 and sy2 > sy1 and tx2 > tx1 and ty2 > ty1:
+        tile[ty1:ty2, tx1:tx2] = cv2.resize(image[sy1:sy2, sx1:sx2], (tx2 - tx1, ty2 - ty1),
+                                            interpolation=cv2.INTER_AREA)
 
     def rect(box, color, thickness) -> None:
         a = (int(round((box[0] - left) * scale)), int(round((box[1] - top) * scale)))

@@ -304,7 +304,8 @@ def _run(gt: dict, detections: list[dict], max_det: int, backend: str):
             coco_gt.createIndex()
             coco_dt = coco_gt.loadRes([dict(d) for d in detections])
             evaluator = COCOeval_faster(coco_gt, coco_dt, "bbox", separate_eval=True)
-        evaluator.params.maxDets = [1, 10, max_det]
+        # read at the largest (index -1), which must be max_det: the library sorts the list
+        evaluator.params.maxDets = [*(m for m in (1, 10) if m < max_det), max_det]
         evaluator.evaluate()
         evaluator.accumulate()
     return evaluator
