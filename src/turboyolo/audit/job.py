@@ -51,7 +51,7 @@ from turboyolo.data.scan import Sample, scan_dataset
 from turboyolo.errors import DataError, FlagError, TurboYoloError, printable
 from turboyolo.formats.darknet_cfg import YoloSpec
 from turboyolo.formats.datasets import load_data_config
-from turboyolo.formats.issues import IMAGES_NAME, ISSUES_NAME, KINDS, LabelIssue, write_issues
+from turboyolo.formats.issues import DRAWN_FROM, IMAGES_NAME, ISSUES_NAME, KINDS, LabelIssue, write_issues
 from turboyolo.formats.labels import write_names
 from turboyolo.infer.predict import Prediction, Predictor
 from turboyolo.model.loading import is_checkpoint, read_checkpoint, resolve_model
@@ -68,7 +68,6 @@ from turboyolo.rundir import check_outside, removed_if_empty, same_file, write_a
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
 SHEET_ROWS = 20  # rows drawn on each kind's contact sheet
-SHEET_FLOOR = 0.25  # the lowest score drawn there
 
 
 @dataclass
@@ -396,11 +395,11 @@ def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidenc
                    ranking: list[ImageScore], folds_of: dict[str, int],
                    skipped: list[tuple[str, str]]) -> None:
     """``label_issues.csv``, ``image_ranking.csv``, ``predictions.json`` + ``image_ids.json``, a contact
-    sheet of the worst rows of each kind (``sheet_<kind>.jpg``, those scored >= :data:`SHEET_FLOOR`) and,
+    sheet of the worst rows of each kind (``sheet_<kind>.jpg``, those scored >= ``DRAWN_FROM``) and,
     when images were left out, ``skipped.txt``."""
     write_issues(run_dir / ISSUES_NAME, rows, audited.names)
     for kind in KINDS:
-        worst = [row for row in rows if row.kind == kind and row.score >= SHEET_FLOOR][:SHEET_ROWS]
+        worst = [row for row in rows if row.kind == kind and row.score >= DRAWN_FROM][:SHEET_ROWS]
         if worst:
             draw_sheet(run_dir / f"sheet_{kind}.jpg", worst, rows, audited.names)
     table = io.StringIO(newline="")

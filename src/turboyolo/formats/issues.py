@@ -26,6 +26,7 @@ from turboyolo.errors import FlagError
 
 KINDS = ("missing", "class", "location", "spurious")
 ISSUES_NAME = "label_issues.csv"
+DRAWN_FROM = 0.25  # the lowest score a suspected box is drawn with (the review page, the audit's sheets)
 IMAGES_NAME = "image_ranking.csv"
 COLUMNS = ("rank", "image", "kind", "score", "class", "class_name", "x1", "y1", "x2", "y2",
            "suggested_class", "suggested_class_name", "sx1", "sy1", "sx2", "sy2", "width", "height")

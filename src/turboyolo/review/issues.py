@@ -1,7 +1,7 @@
 """An audit's suspected boxes on the review page (``turboyolo review DATA --issues RUN``).
 
 The rows of the audit's ``label_issues.csv`` (:mod:`turboyolo.formats.issues`) scored at least
-:data:`SHOWN_FROM` are kept per image; the images are ordered by the audit's image score
+``DRAWN_FROM`` are kept per image; the images are ordered by the audit's image score
 (``image_ranking.csv`` beside it, else their worst row). The page gets each row's boxes relative to the
 image, as label files hold them, and finds the label a row is about by its class and box, so a row that a
 fix or an edit has dealt with is no longer drawn. Every fix is an edit of the page's rows, saved by the
@@ -15,9 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from turboyolo.formats.issues import IMAGES_NAME, LabelIssue, issues_file, read_issues
-
-SHOWN_FROM = 0.25  # the lowest score a suspected box is drawn with (the audit's contact sheets' floor)
+from turboyolo.formats.issues import DRAWN_FROM, IMAGES_NAME, LabelIssue, issues_file, read_issues
 
 
 @dataclass
@@ -38,7 +36,7 @@ class Suspicions:
         path = issues_file(source, "--issues")
         by_image: dict[str, list[LabelIssue]] = {}
         for row in read_issues(path, "--issues"):
-            if row.kind != "ok" and row.score >= SHOWN_FROM:
+            if row.kind != "ok" and row.score >= DRAWN_FROM:
                 by_image.setdefault(os.path.realpath(row.image), []).append(row)
         scores = {image: max(row.score for row in rows) for image, rows in by_image.items()}
         ranking = path.with_name(IMAGES_NAME)
