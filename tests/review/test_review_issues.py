@@ -87,6 +87,7 @@ def test_one_key_takes_each_fix_and_saves_it_as_reviewed(browser, review_set, st
 
     page.keys("y")  # the bird nobody boxed is added, saved
     until(lambda: len(label.read_text().splitlines()) == 3)
+    wait_for(browser, "window.review.S.selIssue == -1 && !window.review.S.busy")  # the page has the answer
     assert not browser.find_elements("css selector", ".box.issue")
     close(read_labels(label).tolist(), [[1, 0.25, 0.25, 0.2, 0.2], [1, 0.75, 0.75, 0.2, 0.2],
                                              [2, 0.75, 0.25, 0.2, 0.2]])
