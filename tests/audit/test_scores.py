@@ -133,3 +133,25 @@ def test_the_chance_of_nothing_there_falls_as_the_sign_of_an_object_grows():
     nothing = NothingThere(clean, 2)
     chances = [nothing(sign, 0) for sign in (0.0, 0.1, 0.3, 0.6, 0.9)]
     assert chances == sorted(chances, reverse=True) and chances[0] > 0.5 and chances[-1] < 0.05
+
+
+def test_a_contact_sheet_tile_of_a_whole_photo_box_needs_no_photo_sized_canvas():
+    """A box as large as a camera photo is drawn into its 192-px tile from the photo itself: the crop's
+    memory stays a tile's, not a canvas three times the photo's side (about 1 GB at 24 MP)."""
+    import tracemalloc
+
+    from turboyolo.audit.sheet import TILE, _crop
+    from turboyolo.formats.issues import LabelIssue
+
+    photo = np.random.default_rng(0).integers(0, 255, (2000, 3000, 3), np.uint8)
+    whole = LabelIssue("p.jpg", "spurious", 0.9, 0, (0.0, 0.0, 3000.0, 2000.0), width=3000, height=2000)
+    tracemalloc.start()
+    try:
+        tile = _crop(photo, whole, [])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert tile.shape == (TILE, TILE, 3) and peak < photo.nbytes  # the old canvas: 13.5 x the photo
+    small = LabelIssue("p.jpg", "spurious", 0.9, 0, (0.0, 0.0, 10.0, 10.0), width=3000, height=2000)
+    corner = _crop(photo, small, [])  # the box at the photo's corner: grey where the crop leaves the photo
+    assert (corner[5, 5] == 127).all() and not (corner[TILE - 5, TILE - 5] == 127).all()
