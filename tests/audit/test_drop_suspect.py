@@ -77,3 +77,16 @@ def test_bad_drop_suspect_values_name_their_flag(tmp_path, capsys, flags, messag
                  "--project", str(tmp_path / "runs"), *flags]) == 1
     assert message in capsys.readouterr().err
     assert not list(Path(tmp_path / "runs").glob("exp*"))
+
+
+def test_box_action_counts_only_the_images_it_made_partial(tmp_path):
+    """An image --unreviewed ignore already trains without background loss is not counted again."""
+    from dataclasses import replace
+
+    data = make_dataset(tmp_path / "data", num_train=6, num_val=2, num_classes=2, seed=3)
+    scan = scan_dataset(data, "train")
+    first, second = scan.samples[0], scan.samples[1]
+    scan.samples[0] = replace(first, partial=True)  # as --unreviewed ignore leaves a model-made file
+    issues = [_issue(first, 0, "class", 0.9), _issue(second, 0, "class", 0.9)]
+    line = apply_suspects(scan, issues, 0.5, "box")
+    assert line.startswith("2 boxes dropped, 1 images without background loss"), line

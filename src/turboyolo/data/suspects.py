@@ -42,8 +42,10 @@ def apply_suspects(result: ScanResult, issues: list[LabelIssue], score: float, a
         for sample in result.samples:
             rows = flagged.get(os.path.realpath(sample.image))
             if rows:
+                was_partial = sample.partial  # --unreviewed ignore's already: not this rule's
                 sample, lost, unmatched = _drop_boxes(sample, rows)
-                dropped, stale, ignored = dropped + lost, stale + unmatched, ignored + int(sample.partial)
+                dropped, stale = dropped + lost, stale + unmatched
+                ignored += int(sample.partial and not was_partial)
             samples.append(sample)
         result.samples = samples
         line = (f"{dropped} boxes dropped, {ignored} images without background loss (--drop-suspect, score "
