@@ -17,10 +17,9 @@ import numpy as np
 
 from turboyolo.boxes import box_iou, cxcywh_to_xyxy
 from turboyolo.data.scan import ScanResult
-from turboyolo.formats.issues import LabelIssue
+from turboyolo.formats.issues import SAME_BOX_IOU, LabelIssue
 
 SUSPECT_ACTIONS = ("image", "box")
-SAME_BOX_IOU = 0.9  # a row's box is a label's box at this IoU (the csv rounds to 0.1 px)
 
 
 def apply_suspects(result: ScanResult, issues: list[LabelIssue], score: float, action: str) -> str:

@@ -26,6 +26,7 @@ from turboyolo.errors import FlagError
 
 KINDS = ("missing", "class", "location", "spurious")
 ISSUES_NAME = "label_issues.csv"
+SAME_BOX_IOU = 0.9  # a row's box is a label's box at this IoU (the csv rounds to 0.1 px): train, review
 DRAWN_FROM = 0.25  # the lowest score a suspected box is drawn with (the review page, the audit's sheets)
 IMAGES_NAME = "image_ranking.csv"
 COLUMNS = ("rank", "image", "kind", "score", "class", "class_name", "x1", "y1", "x2", "y2",

@@ -15,7 +15,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from turboyolo.formats.issues import DRAWN_FROM, IMAGES_NAME, LabelIssue, issues_file, read_issues
+from turboyolo.formats.issues import (
+    DRAWN_FROM,
+    IMAGES_NAME,
+    SAME_BOX_IOU,
+    LabelIssue,
+    issues_file,
+    read_issues,
+)
 
 
 @dataclass
@@ -62,6 +69,7 @@ class Suspicions:
             if row.width <= 0 or row.height <= 0:
                 continue  # a row without its image's size cannot be drawn
             out.append({"kind": row.kind, "score": row.score, "cls": row.cls, "box": _relative(row.box, row),
+                        "same_iou": SAME_BOX_IOU,
                         "suggested_cls": row.suggested_cls,
                         "suggested_box": _relative(row.suggested_box, row) if row.suggested_box else None})
         return out

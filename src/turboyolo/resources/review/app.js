@@ -358,7 +358,7 @@ function acceptPrediction() {
 const KIND_COLORS = { missing: "#00e676", class: "#ffea00", location: "#ff9100", spurious: "#ff1744" };
 // the label an audit row is about: its class and (nearly) its box; -1 once fixed, edited or deleted
 function issueRow(issue) {
-  let best = -1, bestIoU = 0.9;
+  let best = -1, bestIoU = issue.same_iou;  // the server's rule (formats/issues.py SAME_BOX_IOU)
   S.rows.forEach((row, k) => {
     const overlap = iou(row, [issue.cls, ...issue.box]);
     if (row[0] === issue.cls && overlap >= bestIoU) { best = k; bestIoU = overlap; }
