@@ -6,7 +6,8 @@ refuses is ever trained on, and each is named.
 The scan checks headers and structure up to the first scan and the end-of-image marker (it refuses what
 libjpeg would refuse before decoding, and never a file the decoder reads); the first decode of a run walks
 the rest of the structure (a progressive file's later scans), decodes everything and refuses the rest, in
-the same words; the 1/8 shortcut only after that; ``detect`` and ``detect --fast-decode`` agree on every file."""
+the same words; the 1/8 shortcut only after that; ``detect`` and ``detect --fast-decode`` agree on every
+file."""
 
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ Every image read in the package goes through here, with one set of checks, in tw
   decompression bomb: a small PNG that declares 30000 x 30000); BMP and TIFF image data must lie within
   the file; EXIF orientation is applied to the size.
 - :func:`decode_image` (the loaders, the prepared cache, detect, label, review and the API) runs the same
-  checks over the whole file (a progressive JPEG's later scans too: their headers and parameters, the
-  tables between them, stray markers in their data) and decodes all of the image data strictly: a JPEG's by libjpeg-turbo with its warnings as
-  errors (simplejpeg; Pillow's decoder, the same library, silences them and decodes damaged data to
-  smeared blocks), so a damaged or unreadable file is refused whatever libjpeg says of it, with the
-  pixels Pillow would give otherwise; the other formats' by Pillow (a truncated file, a PNG whose
+  checks over the whole file (a progressive JPEG's later scans too: their headers and parameters, the tables
+  between them, stray markers in their data) and decodes all of the image data strictly: a JPEG's by
+  libjpeg-turbo with its warnings as errors (simplejpeg; Pillow's decoder, the same library, silences them and
+  decodes damaged data to smeared blocks), so a damaged or unreadable file is refused whatever libjpeg says of
+  it, with the pixels Pillow would give otherwise; the other formats' by Pillow (a truncated file, a PNG whose
   compressed data is damaged under valid CRCs).
 
 So the full check of a file happens in the first decode a run makes of it anyway (building the prepared
