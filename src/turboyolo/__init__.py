@@ -20,8 +20,8 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 # (libgomp's default spins ~300,000 rounds at each barrier): read once, when torch loads its OpenMP library,
 # so it must be set before `import torch`. On a machine whose cores are shared (the loader worker, other
 # jobs), a spinning thread holds the core the thread it waits for needs: on a 2-core machine with other
-# jobs, the CPU training step took 2.2-3.2 s spinning against 0.57-0.65 s passive (docs/PERFORMANCE.md,
-# "OpenMP's wait policy"). A value the user set is kept.
+# jobs, the CPU training step took 2.2-3.7 s spinning against 0.57-1.46 s passive; almost idle, the same
+# time for 13 % less CPU (docs/PERFORMANCE.md, "OpenMP's wait policy"). A value the user set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.2.0"
