@@ -115,7 +115,9 @@ for spec in json.loads(os.environ.get("STARTUP_TIMED", "[]")):  # "module:Class.
     setattr(owner, name, timed(getattr(owner, name), qualname))
 """
 
-TURBOYOLO = PRELUDE + r"""
+# The console script imports the package before torch (its environment defaults, OMP_WAIT_POLICY and
+# THP_MEM_ALLOC_ENABLE, are set before torch loads), so this child does too, before the prelude's torch.
+TURBOYOLO = "import turboyolo\n" + PRELUDE + r"""
 from turboyolo.cli import main
 sys.argv = ["turboyolo", *json.loads(os.environ["STARTUP_ARGS"])]
 code = main(sys.argv[1:])

@@ -1,4 +1,5 @@
-"""The CPU step's defaults: huge pages for PyTorch's large tensors, channels_last on the CPU only."""
+"""The CPU step's defaults: huge pages for PyTorch's large tensors, OpenMP threads that sleep when they wait,
+channels_last on the CPU only."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def test_train_flag_is_unset_by_default():
     from turboyolo.train.config import RuntimeArgs
 
     assert RuntimeArgs().channels_last is None
+
+
+def test_import_turboyolo_makes_openmp_threads_wait_passively_unless_the_user_chose():
+    """Set before torch loads its OpenMP library (the console script imports the package first), so the
+    loaded torch runs under it; a value in the environment is kept."""
+    probe = "import sys, os, turboyolo; print('torch' in sys.modules, os.environ['OMP_WAIT_POLICY'])"
+    environ = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for env, expected in (({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE")):
+        out = subprocess.run([sys.executable, "-c", probe], env={**environ, **env}, capture_output=True,
+                             text=True, check=True, timeout=120).stdout.split()
+        assert out == ["False", expected]

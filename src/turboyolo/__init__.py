@@ -16,6 +16,13 @@ import os
 # mmap that page-faults 4 KB at a time: on the CPU training step (yolov3-tiny, batch 8 at 416) that was 20 %
 # of its time (docs/PERFORMANCE.md, "Compute at the hardware's pace"). A value the user set is kept.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+# OpenMP's threads (torch's intra-op pool on the CPU) sleep as soon as they wait, instead of spinning first
+# (libgomp's default spins ~300,000 rounds at each barrier): read once, when torch loads its OpenMP library,
+# so it must be set before `import torch`. On a machine whose cores are shared (the loader worker, other
+# jobs), a spinning thread holds the core the thread it waits for needs: on a 2-core machine with other
+# jobs, the CPU training step took 2.2-3.7 s spinning against 0.57-1.46 s passive; almost idle, the same
+# time for 13 % less CPU (docs/PERFORMANCE.md, "OpenMP's wait policy"). A value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.2.0"
 __all__ = ["load", "detect", "train", "__version__"]

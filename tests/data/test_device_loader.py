@@ -361,6 +361,21 @@ def test_loader_timing_takes_whole_requests(samples, cache, monkeypatch):
     assert m.untimed_images == 4 and m.images == 4 + 1 + 4
 
 
+def test_loader_timing_goes_on_to_a_cpu_time_in_whole_requests(samples, cache, monkeypatch):
+    """``min_cpu_s``: the timed part goes on past its images (whole requests) until it has timed that much
+    CPU time or ``max_images``, after the one warm-up (the start-of-run measurement, instead of a second
+    measurement with a warm-up of its own); 0, the images asked for."""
+    from turboyolo.data.timing import measure_loader
+
+    monkeypatch.setattr(device_loader, "DEVICE_REQUEST_IMAGES", 4)
+    loader = build_loader(samples, workers=1, cache=cache, augment=None, augment_on="device", img_size=96,
+                          batch_size=2, shuffle=True, seed=5)
+    m = measure_loader(loader, 4, min_cpu_s=0.0, max_images=40)
+    assert m.untimed_images == 4 and m.images == 4
+    m = measure_loader(loader, 4, min_cpu_s=1e9, max_images=12)  # never reached: up to max_images
+    assert m.untimed_images == 4 and m.images == 4 + 1 + 4 + 4  # whole requests, across the epoch's end
+
+
 def test_buffer_ring_settles_at_the_largest_request(samples, cache):
     """Requests of varying canvas counts (a full group, an epoch's short last one) do not keep replacing
     buffers: a replacement is as large as the largest request so far, so the ring ends up holding only

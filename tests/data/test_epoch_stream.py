@@ -182,3 +182,22 @@ def test_turboyolo_train_keeps_one_stream_across_its_epochs(tmp_path, isolated_c
                 "--project", str(tmp_path / "runs")]) == 0
     assert len(chains) == 1, f"{len(chains)} streams for 3 epochs"
     assert sorted(chains[0].made) == [0, 1, 2] and chains[0].ended
+
+
+def test_a_started_epoch_gives_the_epochs_batches(samples):
+    """``start()`` (the run's first epoch, before labels.jpg is drawn) sends the first requests at once;
+    the iteration that follows takes them from that stream: the same batches and decodes as without."""
+    reference = _run(_loader(samples, 0), streamed=False)
+    loader = _loader(samples, 1)
+    loader.set_epoch(0, mix=True, upcoming=_closing)
+    loader.start()
+    stream = loader._stream
+    assert stream is not None and stream.next_epoch == 0 and stream.chain.made.get(0) is True
+    loader.start()  # again: the stream stands at the epoch already
+    assert loader._stream is stream
+    _same(reference, _run(loader, streamed=True))
+    assert loader._stream is stream  # the started stream went on through every epoch
+    unstarted = _loader(samples, 0)  # no workers: nothing to start
+    unstarted.set_epoch(0, mix=True, upcoming=_closing)
+    unstarted.start()
+    assert unstarted._stream is None

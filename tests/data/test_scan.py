@@ -271,3 +271,31 @@ def test_the_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path, isolated
             assert gc.isenabled() is enabled
         finally:
             gc.enable()
+
+
+def test_the_label_rules_worked_out_per_folder_are_the_per_image_ones(tmp_path, monkeypatch):
+    """The scan's LabelRules: the label file and the other tools' disagreement warning of each image, as
+    label_path_for and label_path_disagreement give them (layouts of all three rules, "images" in a file
+    name, a nested images folder, relative paths)."""
+    from pathlib import Path
+
+    from turboyolo.formats.datasets import LabelRules, label_path_disagreement, label_path_for
+
+    images = ["images/train/a.jpg", "images/train/b.c.jpeg", "images/train/.hidden", "images/train/noext",
+              "train_images/x.jpg", "flat/y.png", "myimages/z.jpg", "d/imagesfoo.jpg",
+              "images/sub/images/q.jpg", "a.images.b/images/w.jpg"]
+    labels = ["labels/train/a.txt", "train_labels/x.txt", "mylabels/z.txt", "flat/y.txt",
+              "labels/sub/images/q.txt", "images/sub/labels/q.txt", "a.labels.b/images/w.txt",
+              "d/labelsfoo.txt"]
+    for name in images + labels:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    rules = LabelRules()
+    warned = 0
+    for image in [tmp_path / name for name in images] + [Path(name) for name in images]:
+        chosen = label_path_for(image)
+        expected = (chosen, label_path_disagreement(image, chosen))
+        assert rules(image) == expected, image
+        warned += expected[1] is not None
+    assert warned >= 4

@@ -3,9 +3,11 @@ garbage in a scan, broken Huffman, quantisation, frame and scan headers, invalid
 bogus marker lengths, dropped and swapped scans) against the rule: no file that the strict whole decode
 refuses is ever trained on, and each is named.
 
-The scan checks headers and structure (it refuses what libjpeg would refuse before decoding, and never a
-file the decoder reads); the first decode of a run decodes everything and refuses the rest; the 1/8
-shortcut only after that; ``detect`` and ``detect --fast-decode`` agree on every file."""
+The scan checks headers and structure up to the first scan and the end-of-image marker (it refuses what
+libjpeg would refuse before decoding, and never a file the decoder reads); the first decode of a run walks
+the rest of the structure (a progressive file's later scans), decodes everything and refuses the rest, in
+the same words; the 1/8 shortcut only after that; ``detect`` and ``detect --fast-decode`` agree on every
+file."""
 
 from __future__ import annotations
 
@@ -45,32 +47,45 @@ def _set_with_labels(folder: Path, damaged: dict[str, Path], good: int = 6) -> s
     return {p.name for p in images.glob("*.jpg") if _refusal(lambda p=p: decode_image(p))}
 
 
+def _bytes_left_out(message: str | None) -> str | None:
+    return None if message is None else re.sub(r"at byte \d+", "at byte N", message)
+
+
 @pytest.mark.slow
 def test_the_scan_and_every_decode_agree_with_the_strict_whole_decode(tmp_path):
     files = damaged_jpegs(tmp_path)
     at_scan = at_decode = 0
-    reasons = []
+    reasons, later = [], []
     for name, path in files.items():
         whole = _refusal(lambda path=path: decode_image(path))
         probed = _refusal(lambda path=path: probe_image(path))
-        if probed:  # the header check refuses only what the decoder refuses, with the same words
-            assert whole == probed, name
+        if probed:  # the header check refuses only what the decoder refuses, with the same words (a
+            # truncated progressive file: the scan names where its first scan starts, the decode where
+            # its last one does)
+            assert _bytes_left_out(whole) == _bytes_left_out(probed), name
             at_scan += 1
             reasons.append(probed)
         elif whole:
             at_decode += 1
+            later.append(whole)
         for target in (68, 34, 17):  # 1/2, 1/4 and 1/8 scale: the same verdict as the whole file
             assert (_refusal(lambda path=path, t=target: decode_image(path, t)) is None) == (whole is None), \
                 (name, target)
         if whole is None:  # once verified whole, the 1/8 shortcut gives the same pixels
             assert np.array_equal(decode_image(path, 17, verified=True)[0], decode_image(path, 17)[0]), name
-    assert at_scan > 300 and at_decode > 30, (at_scan, at_decode)
+    assert at_scan > 200 and at_decode > 200, (at_scan, at_decode)  # 248 and 300 with seed 0
     found = "\n".join(reasons)
-    for words in ("invalid progressive parameters", "Huffman table AC 3 used by the scan",
-                  "bogus marker length of the scan header", "bogus Huffman table definition",
-                  "inconsistent progression sequence",
+    for words in ("invalid progressive parameters", "bogus marker length of the scan header",
+                  "bogus Huffman table definition", "inconsistent progression sequence",
                   "quantisation table 3 used by the scan", "invalid scan parameters for a sequential JPEG",
                   "sampling factors", "truncated JPEG"):
+        assert words in found, words
+    # the structure after a progressive file's first scan (its later scans' headers and tables, stray
+    # markers in their data) is the first decode's, which walks it before it decodes, in the same words
+    found = "\n".join(later)
+    for words in ("Huffman table AC 3 used by the scan", "invalid progressive parameters",
+                  "inconsistent progression sequence", "bogus Huffman table definition",
+                  "restart marker out of sequence", "Corrupt JPEG data"):
         assert words in found, words
 
 
@@ -86,7 +101,9 @@ def test_a_refused_file_is_never_drawn_and_every_one_is_named(tmp_path, isolated
     from turboyolo.data.scan import scan_dataset, write_scan_report
 
     damaged = damaged_jpegs(tmp_path / "made", sources=("progressive", "jpegtran0", "baseline"))
-    refused = _set_with_labels(tmp_path / "set", damaged)
+    # good files outnumber the damaged ones the scan passes (85: a progressive file's later scans are the
+    # first decode's), so no slot draws MAX_REPLACEMENTS refused files in a row
+    refused = _set_with_labels(tmp_path / "set", damaged, good=100)
     scan = scan_dataset(tmp_path / "set" / "images", "train", ["thing"])
     excluded = {Path(p).name for p, _ in scan.excluded}
     assert excluded <= refused and refused - excluded, "both stages must be tried"

@@ -8,17 +8,18 @@ enlarging). Everything after this works on target-sized images.
 
 Every image read in the package goes through here, with one set of checks, in two stages:
 
-- :func:`probe_image`, the scan's check, reads headers and structure only, no pixel: the file is read
-  once; a JPEG's every marker segment is checked as libjpeg checks it (:mod:`turboyolo.formats.jpeg`:
-  tables, frame, scan and progression parameters, stray markers in the image data, the end marker),
-  a PNG's chunks and their CRCs; the size a header declares is held to :func:`pixel_limit` (a
+- :func:`probe_image`, the scan's check, reads headers and structure only, no pixel: a JPEG's head up to
+  its first scan and its last bytes, every marker segment there checked as libjpeg checks it
+  (:mod:`turboyolo.formats.jpeg`: tables, frame, the first scan's parameters, the end marker: a truncated
+  file has none); a PNG's chunks and their CRCs; the size a header declares is held to :func:`pixel_limit` (a
   decompression bomb: a small PNG that declares 30000 x 30000); BMP and TIFF image data must lie within
   the file; EXIF orientation is applied to the size.
 - :func:`decode_image` (the loaders, the prepared cache, detect, label, review and the API) runs the same
-  checks and decodes all of the image data strictly: a JPEG's by libjpeg-turbo with its warnings as
-  errors (simplejpeg; Pillow's decoder, the same library, silences them and decodes damaged data to
-  smeared blocks), so a damaged or unreadable file is refused whatever libjpeg says of it, with the
-  pixels Pillow would give otherwise; the other formats' by Pillow (a truncated file, a PNG whose
+  checks over the whole file (a progressive JPEG's later scans too: their headers and parameters, the tables
+  between them, stray markers in their data) and decodes all of the image data strictly: a JPEG's by
+  libjpeg-turbo with its warnings as errors (simplejpeg; Pillow's decoder, the same library, silences them and
+  decodes damaged data to smeared blocks), so a damaged or unreadable file is refused whatever libjpeg says of
+  it, with the pixels Pillow would give otherwise; the other formats' by Pillow (a truncated file, a PNG whose
   compressed data is damaged under valid CRCs).
 
 So the full check of a file happens in the first decode a run makes of it anyway (building the prepared
@@ -74,7 +75,7 @@ _DAMAGE = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent prog
 # A warning after the last scan, about a stray byte before the end marker (some encoders write one): every
 # scan decoded cleanly before it. The harmless ones before the image data: formats.images.harmless_fixed.
 _AT_THE_END = re.compile(r": 1 extraneous bytes before marker 0xd9")
-_PROBE_HEAD, _PROBE_TAIL = 1 << 17, 1 << 14  # what the scan's check reads of a baseline JPEG
+_PROBE_HEAD, _PROBE_TAIL = 1 << 17, 1 << 14  # what the scan's check reads of a JPEG (more: NeedsMore)
 DECODES: Counter[str] = Counter()  # path -> decodes by :func:`decode_image` in this process (tests read it)
 
 
@@ -206,7 +207,7 @@ def _jpeg(path: Path, data: bytes, **part) -> JpegHeader:
 
 def _probe_jpeg(path: Path, handle: BinaryIO, head: bytes) -> JpegHeader:
     """The scan's check of a JPEG from ``head`` (its first bytes) and its last bytes, or from the whole
-    file where the walk needs it (several scans: a progressive file)."""
+    file where those do not reach the first scan or the end-of-image marker (long metadata, a trailer)."""
     size = os.fstat(handle.fileno()).st_size
     tail = None
     if len(head) < size:
@@ -436,10 +437,11 @@ def probe_image(path: str | Path) -> tuple[int, int, str]:
 
     Refuses a missing, zero-byte or non-image file, a picture over :func:`pixel_limit` (from its
     header), a JPEG or PNG that fails the structure checks of :mod:`turboyolo.formats.images` (truncated,
-    bad CRC, stray markers in the image data, a segment libjpeg refuses: tables, frame, scan and
-    progression parameters), BMP or TIFF image data that runs past the end of the file. No pixel is
-    decoded: image data that is wrong under an intact structure is found by the first
-    :func:`decode_image` of the file, which runs these checks too.
+    bad CRC, a segment before a JPEG's first scan that libjpeg refuses: tables, frame, the scan's
+    parameters), BMP or TIFF image data that runs past the end of the file. No pixel is decoded, and a
+    JPEG's image data and later scans are not read: a progressive file's later scans that libjpeg refuses,
+    stray markers in the image data, and image data that is wrong under an intact structure are found by
+    the first :func:`decode_image` of the file, which runs these checks over the whole file.
 
     Raises:
         DataError: naming the file and the reason.

@@ -386,15 +386,32 @@ class DetectionLoader:
             return self._tracked(self._flat(self._loader))
         return self._tracked(self._streamed())
 
+    def start(self) -> None:
+        """Have the workers start on the current epoch's first batches now, so they are being made while
+        the caller does other work (the start of a run draws ``labels.jpg``); the iteration that follows
+        takes them: the same batches. Nothing where an iteration starts its own loader (no workers, no
+        stream across epochs, a start inside the epoch) or the stream already stands at this epoch."""
+        if self.workers == 0 or self._plan.upcoming is None or self.batch_sampler.start:
+            return
+        epoch, mix = self.batch_sampler.epoch, self.batch_sampler.mix
+        if self._stream is None or not self._stream.at(epoch, mix):
+            self._new_stream(epoch).next_epoch = epoch
+
+    def _new_stream(self, epoch: int) -> _Stream:
+        """A stream across epochs from ``epoch``'s start; its DataLoader iteration begins now (the workers
+        are sent their first requests)."""
+        chain = EpochChain(self.batch_sampler, epoch, self._plan, self._requests_of)
+        self._requests.source = chain
+        self._stream = _Stream(chain, self._flat(iter(self._loader)))
+        return self._stream
+
     def _streamed(self):
         """The current epoch's batches from the stream across epochs (started anew when it does not
         stand at this epoch's start with this epoch's mix)."""
         epoch, mix, count = self.batch_sampler.epoch, self.batch_sampler.mix, len(self.batch_sampler)
         stream = self._stream
         if stream is None or not stream.at(epoch, mix):
-            chain = EpochChain(self.batch_sampler, epoch, self._plan, self._requests_of)
-            self._requests.source = chain
-            stream = self._stream = _Stream(chain, self._flat(self._loader))
+            stream = self._new_stream(epoch)
         stream.next_epoch = None  # until this epoch's last batch is taken
         for taken in range(1, count + 1):
             batch = next(stream.batches, None)

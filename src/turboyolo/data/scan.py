@@ -50,7 +50,7 @@ from turboyolo.data.scan_cache import load_entries, save_entries
 from turboyolo.devices import usable_cpus
 from turboyolo.errors import DataError, printable
 from turboyolo.formats.datasets import (
-    label_path_disagreement,
+    LabelRules,
     label_path_for,
     label_paths_for,
     link_problem,
@@ -230,14 +230,16 @@ class _Entry:
     bad_lines: int = 0
 
 
+_LABEL_RULES = LabelRules()  # the label rules of the current scan's folders (made anew by each _check_all)
+
+
 def _check_one(image: Path, num_classes: int | None) -> _Entry:
-    label = label_path_for(image)
+    label, warning = _LABEL_RULES(image)
     key = _entry_key(image, label, num_classes)
     try:
         h, w, _ = probe_image(image)
     except DataError as err:
         return _Entry(key, "excluded", str(err).removeprefix(f"{image}: "))
-    warning = label_path_disagreement(image, label)
     if key[3] is None:
         problem = link_problem(label)  # a broken link is not a missing label file (a background image)
         if problem:
@@ -263,6 +265,8 @@ def _check_all(images: list[Path], num_classes: int | None, workers: int | None)
     """:func:`_check_one` of every image, in order, on every core: the checks are mostly Python (they hold
     the GIL), so a long list is cut into chunks checked by forked processes, each with a few threads that
     overlap its file reads; a short one (or where processes cannot fork) uses threads here."""
+    global _LABEL_RULES
+    _LABEL_RULES = LabelRules()  # which folders exist is read anew by each scan (the processes inherit it)
     cpus = usable_cpus()
     threads = workers or min(32, cpus * 2)
     context = _fork_context()

@@ -72,9 +72,11 @@ def ring_round_batches(loader) -> int:
     return (ring + 2) * max(1, getattr(loader, "workers", 0)) * per_request
 
 
-def measure_loader(loader, images: int) -> Measurement:
+def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int | None = None) -> Measurement:
     """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch (and
-    the rest of its request), timing whole requests.
+    the rest of its request), timing whole requests; with ``min_cpu_s``, on (whole requests, up to
+    ``max_images``) until the timed CPU time reaches it too (a cheap path timed long enough that the timer's
+    and the epochs' fixed costs do not weigh, without a second warm-up).
 
     CPU time counts the main process (all threads, including pinning) and every live worker. The epochs
     follow one another as `train` has them (the workers go on into the next epoch's first batches), so a
@@ -102,11 +104,19 @@ def measure_loader(loader, images: int) -> Measurement:
     start_wall, start_main = time.perf_counter(), _self_cpu_s()
     start_workers = sum(_process_cpu_s(p) for p in workers)
     seen = 0
-    while seen < images or in_epoch % unit:
+    limit = max(images, max_images or 0)
+
+    def short() -> bool:  # the timed CPU time under min_cpu_s, and images left to time
+        if seen >= limit:
+            return False
+        spent = _self_cpu_s() - start_main + sum(_process_cpu_s(p) for p in workers) - start_workers
+        return spent < min_cpu_s
+
+    while seen < images or in_epoch % unit or (min_cpu_s and short()):
         try:
             batch = next(iterator)
         except StopIteration:
-            if seen >= images:
+            if seen >= images and not (min_cpu_s and short()):
                 break  # the epoch's last request is whole
             epoch += 1
             loader.set_epoch(epoch, upcoming=_every_epoch)

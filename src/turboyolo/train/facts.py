@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,8 +36,8 @@ from turboyolo.train.auto import AUTO, ImageCosts, Machine, PipelineChoice, choo
 SAMPLE_IMAGES = 8  # training images the start-of-run measurement decodes (twice: warm-up and timed)
 WORKER_REQUESTS = 24  # requests a loader with workers is timed over at least (the doctor's one-worker
 # runs: a worker's first requests allocate its shared memory), or past its buffer ring if that is longer
-MIN_TIMED_S = 0.2  # a loader measurement shorter than this in CPU time is repeated over more passes ...
-MAX_MORE_PASSES = 20  # ... at most this many times as many
+MIN_TIMED_S = 0.2  # a loader measurement goes on past its passes until it has timed this much CPU time ...
+MAX_MORE_PASSES = 20  # ... over at most this many times as many images (one warm-up: a file decodes twice)
 # Step time from FLOPs: bf16 matrix rate of a named GPU and a YOLOv3 training utilisation.
 # H200/H100: 790 TFLOP/s measured on an H200 (989 datasheet); A100: 312 datasheet x 0.8.
 GPU_RATES = {"h200": 790e12, "h100": 790e12, "a100": 250e12}
@@ -152,11 +151,10 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
         per_request = min(getattr(loader, "request_batches", 1), len(loader))
         passes = max(passes, -(-WORKER_REQUESTS * batch // len(subset))) * per_request
         passes = max(passes, -(-ring_round_batches(loader) * batch // len(subset)))
-    m = measure_loader(loader, len(subset) * passes)
-    if m.cpu_s < MIN_TIMED_S:  # a cheap path (cached, device augmentation): time enough of it that the
-        # timer's and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
-        more = min(MAX_MORE_PASSES, math.ceil(MIN_TIMED_S / max(m.cpu_s, 1e-4)))
-        m = measure_loader(loader, len(subset) * passes * more)
+    # a cheap path (cached, device augmentation) is timed on past its passes, long enough that the timer's
+    # and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
+    m = measure_loader(loader, len(subset) * passes, min_cpu_s=MIN_TIMED_S,
+                       max_images=len(subset) * passes * MAX_MORE_PASSES)
     del loader
     return m.cpu_s / m.images, m.main_cpu_s / m.images
 

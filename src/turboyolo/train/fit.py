@@ -131,8 +131,6 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
                 f"mini-batches/epoch; run {run.run_dir}")
             for line in describe(config):
                 say(line)
-            if run.resume_state is None:
-                session.logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
             closing.callback(catch_ctrl_c(stop, say))
             while reason is None:
                 reason, stats, gpu_readings = train_epoch(session)
@@ -208,6 +206,10 @@ def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
     data.train.set_epoch(state.epoch, state.epoch_start_sample,
                          mix=mixing(state.epoch, run, close_mosaic, run.say),
                          upcoming=lambda epoch: planned_mixing(epoch, run, close_mosaic))
+    if state.iteration == state.epoch == 0 and run.resume_state is None:  # labels.jpg, once, drawn while
+        # the loader's workers make the first batches (sent now: the same batches the loop then takes)
+        data.train.start()
+        session.logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
     batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
     pictures = None
     if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them, each
