@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +59,10 @@ class Fold:
     index: int
     train: list[str]
     held_out: list[str]
-    listed: dict[str, str] = field(default_factory=dict)
+    listed: dict[str, str]
 
     def as_listed(self, keys: list[str]) -> list[str]:
-        return sorted(self.listed.get(key, key) for key in keys)
+        return sorted(self.listed[key] for key in keys)
 
     @property
     def folder(self) -> Path:
