@@ -130,7 +130,11 @@ def test_close_mosaic_keys_switch_mosaic_off(tmp_path):
     samples = _samples(tmp_path)
     loader = build_loader(samples, img_size=64, batch_size=3, augment=AugmentParams(mosaic=1.0, **PLAIN),
                           workers=0, shuffle=True, seed=0)
-    mosaic_batch = next(iter(loader))
+    mosaic_boxes = 0  # a mosaic of four one-box images: more boxes than images (over a few epochs)
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        mosaic_boxes += sum(batch[1].shape[0] for batch in loader)
+    loader.set_epoch(0)
     mixing_keys = next(iter(loader.batch_sampler))
     # mixing: (index, epoch, size, True, pool), the pool holding the batch's own samples
     assert all(len(k) == 5 and k[3] is True and k[0] in k[4] for k in mixing_keys)
@@ -139,7 +143,7 @@ def test_close_mosaic_keys_switch_mosaic_off(tmp_path):
     assert all(len(k) == 4 and k[3] is False for k in keys)
     plain_batch = next(iter(loader))
     assert plain_batch[1].shape[0] == 3  # one box per image: no mosaic
-    assert mosaic_batch[1].shape[0] > 3
+    assert mosaic_boxes > 4 * len(samples)
 
 
 def test_image_weights_draw_by_weight():

@@ -251,9 +251,7 @@ def load_data(run: Run, mini_batch: int) -> RunData:
 
 def fit_to_data(run: Run, data: RunData) -> ModelSpec:
     """The cfg the run trains: on a fresh start the anchor check (``--autoanchor`` may replace them: the
-    resolved run then holds the fitted ones); the training set's size fixes the epochs
-    ``--close-mosaic`` counts."""
-    run.batches_per_epoch = len(data.train)
+    resolved run then holds the fitted ones)."""
     if run.resume_state is None:
         loss = run.config.loss
         fit_anchors = loss.autoanchor and not loss.anchors  # anchors given with --anchors: only checked
@@ -264,9 +262,11 @@ def fit_to_data(run: Run, data: RunData) -> ModelSpec:
     return run.spec
 
 
-def run_plan(run: Run) -> Plan:
+def run_plan(run: Run, data: RunData) -> Plan:
     """The plan of the run (also set on ``run.resolved``): the checkpoint's on ``--resume`` (so the curve
-    continues unchanged), else fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`)."""
+    continues unchanged), else fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`);
+    the training set's size fixes the epochs (``--max-batches``) and what ``--close-mosaic`` counts."""
+    run.batches_per_epoch = len(data.train)
     plan = _plan(run)
     run.resolved = run.resolved.with_plan(plan)
     return plan
