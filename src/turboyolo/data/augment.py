@@ -315,34 +315,24 @@ def mosaic_rng(seed: int, epoch: int, index: int, stream: int = 0) -> np.random.
 
 
 class FillingPool(tuple):
-    """The partner pool of a run's first batches (epoch 1's first run of batches): a batch draws its
-    partners from the pool's batches up to and including its own (:meth:`reachable`), so the first batch
-    is made from its own images and the first step does not wait for the decodes of a whole pool (as
-    Ultralytics' mosaic buffer fills from the images loaded so far). ``step``: the pool's batches are
-    runs of this many samples in its order (the global batch: a pool spans every rank's batches)."""
-
-    step: int
-
-    def __new__(cls, indices, step: int):
-        pool = super().__new__(cls, indices)
-        pool.step = max(1, int(step))
-        return pool
-
-    def __reduce__(self):
-        return FillingPool, (tuple(self), self.step)
+    """The partner pool of a run's first batches (epoch 1's first run of batches): a sample draws its
+    partners from the pool's samples up to and including itself, in the pool's order (:meth:`reachable`), as
+    Ultralytics' mosaic buffer holds the images loaded so far; so the first batch is made from its own
+    images, and the first step does not wait for the decodes of a whole pool. The order is the global one
+    (a pool spans every rank's batches), so the partners do not depend on the batch size, the
+    subdivisions or the number of processes."""
 
     def reachable(self, index: int) -> tuple[int, ...]:
-        """The part of the pool sample ``index`` draws from: the batches up to and including its own."""
+        """The part of the pool sample ``index`` draws from: the samples up to and including it."""
         try:
-            end = (self.index(index) // self.step + 1) * self.step
+            return tuple(self[:self.index(index) + 1])
         except ValueError:  # not in its pool (cannot happen with the sampler's keys): the whole pool
             return tuple(self)
-        return tuple(self[:end])
 
 
 def drawable(pool: tuple[int, ...] | None, index: int) -> tuple[int, ...] | None:
     """What sample ``index`` draws its partners from in ``pool``: all of it (None: the whole set), or a
-    :class:`FillingPool`'s batches up to its own."""
+    :class:`FillingPool`'s samples up to itself."""
     return pool.reachable(index) if isinstance(pool, FillingPool) else pool
 
 

@@ -11,7 +11,7 @@ most once and composes every mosaic from images already in hand. Pools are a fun
 and the global batch size, like the order (under DDP a pool spans the ranks' batches of its run, so the
 processes draw the partners one process would): a sample stays a function of (seed, epoch, index, its
 pool), so batches do not depend on the number of workers, on the cache, or on a mid-epoch resume. In
-epoch 1's first pool a batch draws only from the pool's batches up to its own
+epoch 1's first pool a sample draws only from the pool's samples up to itself
 (:class:`~turboyolo.data.augment.FillingPool`): the run's first step waits for its own batch's images,
 not a whole pool's.
 """
@@ -164,8 +164,8 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         for k, start in enumerate(starts):
             end = starts[k + 1] if k + 1 < len(starts) else len(chunks)
             pool = tuple(int(i) for chunk in chunks[start:end] for i in chunk)
-            if k == 0 and self.epoch == 0:  # the run's first batches: each from the pool's batches so far
-                pool = FillingPool(pool, self.batch_size * self.world_size)
+            if k == 0 and self.epoch == 0:  # the run's first batches: each from the pool's samples so far
+                pool = FillingPool(pool)
             pools.extend([pool] * (end - start))
         return pools
 
