@@ -297,7 +297,7 @@ def evaluate_now(session: Session, reason: str | None, finished: bool) -> EvalRe
 # ---------------------------------------------------- the loop's helpers: mosaic switch, Ctrl-C, write errors
 def start_first_batches(run: Run, data: RunData, close_mosaic: int) -> None:
     """A fresh run's training loader starts on its first batches as soon as the data and the plan are
-    known, while the rest of the start runs (the anchors, the model, the outputs, ``labels.jpg``): the
+    known, while the rest of the start runs (the anchors, the model, the outputs): the
     first step does not wait for a whole batch of decodes after all of that. The loop then takes these
     very batches (:meth:`~turboyolo.data.loader.DetectionLoader.start`; the epoch as
     :func:`train_epoch` sets it). A resumed run starts inside its epoch: its loader starts there."""
