@@ -162,8 +162,9 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
         passes = max(passes, -(-ring_round_batches(loader) * batch // len(subset)))
     # a cheap path (cached, device augmentation) is timed on past its passes, long enough that the timer's
     # and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
+    # in-process under one_thread: this thread's CPU (a run's anchor check runs beside it meanwhile)
     m = measure_loader(loader, len(subset) * passes, min_cpu_s=MIN_TIMED_S,
-                       max_images=len(subset) * passes * MAX_MORE_PASSES)
+                       max_images=len(subset) * passes * MAX_MORE_PASSES, own_thread=not workers)
     del loader
     return m.cpu_s / m.images, m.main_cpu_s / m.images
 
@@ -275,10 +276,12 @@ def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
 def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: ModelSpec,
                   augment: AugmentParams | None, mini_batch: int, device: torch.device, world_size: int = 1,
                   multiscale=None, log=print, scans: tuple[ScanResult, ScanResult] | None = None,
-                  ) -> PipelineChoice:
+                  beside: Callable[[], object] | None = None) -> PipelineChoice:
     """Measure what ``auto`` decides from (a sample of ``data``'s training images, this machine, the
     step's estimate) and choose (:func:`turboyolo.train.auto.choose_pipeline`). ``scans``: the (train,
-    val) scans the run already has (default: scanned here)."""
+    val) scans the run already has (default: scanned here). ``beside``: called once the step's rate is
+    measured (by the clock, which other work would slow) and before the loader's measurement (by its
+    thread's CPU time): other work of the start may run beside that one."""
     img_size = spec.net.width
     size = max(img_size, multiscale[1] if multiscale else 0)
     train = scans[0].samples if scans else scan_dataset(data, "train").samples
@@ -294,6 +297,8 @@ def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: Mod
         machine = dataclasses.replace(machine, cores=max(1, machine.cores // world_size),
                                       free_ram=machine.free_ram // world_size)
     step_s, how = estimate_step_s(spec, img_size, device)
+    if beside is not None:
+        beside()
     unsupported = device_augment_unsupported(augment)
 
     def cache_side(cold_s: float) -> bool:

@@ -44,6 +44,7 @@ from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.metrics import EvalResult
 from turboyolo.train.setup import (
     Run,
+    anchor_check,
     build_state,
     check_batching,
     choose_input_pipeline,
@@ -103,14 +104,16 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     device = run.device
     try:
         check_batching(run.spec, run.env.world_size)
-        choose_input_pipeline(run)  # --cache, --augment-on, --workers (and CUDA --subdivisions): or auto
+        anchors = anchor_check(run)  # a fresh run's: in a thread beside the pipeline's measurement
+        # --cache, --augment-on, --workers (and CUDA --subdivisions): given, or auto (measured)
+        choose_input_pipeline(run, anchors.start if anchors and run.env.world_size == 1 else None)
         mini_batch = check_batching(run.spec, run.env.world_size)
         data = load_data(run, mini_batch)
         if run.env.is_main:
             data.write_report(run.run_dir)
         plan = run_plan(run, data)
         start_first_batches(run, data, plan.close_mosaic)  # the workers make them while the start goes on
-        fit_to_data(run, data)  # the anchors
+        fit_to_data(run, data, anchors)  # the anchors, as the check found them
         write_run_files(run)  # config.yaml and model.cfg, once: every value the run uses
         state = build_state(run.resolved, run.env, device, run.resume_state, run.say)
     except BaseException:
