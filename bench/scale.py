@@ -590,7 +590,8 @@ def table(out: Path) -> str:
             )
         for run in ("cold", "warm"):
             ty, ul = (_first_batch(get(tool, f"startup-{run}")) for tool in ("turboyolo", "ultralytics"))
-            rows.append(f"| of which the first batch and step ({run}: from the training loop's start) | "
+            rows.append(f"| of which from the training loop's start to the first step ({run}; turboyolo's "
+                        "loader starts before that line: part of its first batch is made earlier) | "
                         f"{_pair(ty, 'wall_s', 'cpu_s')} | {_pair(ul, 'wall_s', 'cpu_s')} | "
                         f"{_ratio(ty, ul, 'wall_s', 'cpu_s')} |")
         for run, what in (

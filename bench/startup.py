@@ -126,7 +126,8 @@ stamp(f"ended (exit {code})")
 
 
 def clear_caches(data: str | Path, cache: Path) -> None:
-    """The scan cache and report files of ``data``'s two splits and every fitted-anchor cache entry."""
+    """The scan cache and report files of ``data``'s two splits, every fitted-anchor cache entry and every
+    kept start-of-run pipeline measurement."""
     from turboyolo.data.scan import _cache_file
 
     os.environ["TURBOYOLO_CACHE"] = str(cache)
@@ -134,7 +135,8 @@ def clear_caches(data: str | Path, cache: Path) -> None:
         scan = _cache_file(Path(data), split)
         for path in (scan, scan.with_suffix(".txt")):
             path.unlink(missing_ok=True)
-    shutil.rmtree(cache / "anchors", ignore_errors=True)
+    for kept in ("anchors", "pipeline"):
+        shutil.rmtree(cache / kept, ignore_errors=True)
 
 
 class TreeMemory:

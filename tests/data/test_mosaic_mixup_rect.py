@@ -130,7 +130,11 @@ def test_close_mosaic_keys_switch_mosaic_off(tmp_path):
     samples = _samples(tmp_path)
     loader = build_loader(samples, img_size=64, batch_size=3, augment=AugmentParams(mosaic=1.0, **PLAIN),
                           workers=0, shuffle=True, seed=0)
-    mosaic_batch = next(iter(loader))
+    mosaic_boxes = 0  # a mosaic of four one-box images: more boxes than images (over a few epochs)
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        mosaic_boxes += sum(batch[1].shape[0] for batch in loader)
+    loader.set_epoch(0)
     mixing_keys = next(iter(loader.batch_sampler))
     # mixing: (index, epoch, size, True, pool), the pool holding the batch's own samples
     assert all(len(k) == 5 and k[3] is True and k[0] in k[4] for k in mixing_keys)
@@ -139,7 +143,7 @@ def test_close_mosaic_keys_switch_mosaic_off(tmp_path):
     assert all(len(k) == 4 and k[3] is False for k in keys)
     plain_batch = next(iter(loader))
     assert plain_batch[1].shape[0] == 3  # one box per image: no mosaic
-    assert mosaic_batch[1].shape[0] > 3
+    assert mosaic_boxes > 4 * len(samples)
 
 
 def test_image_weights_draw_by_weight():
@@ -185,3 +189,37 @@ def test_rect_batches_keep_boxes_exact_under_unletterboxing(tmp_path):
     with pytest.raises(Exception, match="evaluation"):
         build_loader(samples, img_size=128, batch_size=2, augment=AugmentParams(), workers=0, shuffle=True,
                      rect=True)
+
+
+def test_the_runs_first_pool_fills_as_it_goes(tmp_path):
+    """Epoch 1's first partner pool: a sample's mosaic and mixup partners come from the pool's samples up
+    to itself (the first batch needs only its own images); later pools and epochs draw from the whole
+    pool; a worker receives the pool as it is (pickled), so its batches are the main process's."""
+    import pickle
+
+    from turboyolo.data.augment import FillingPool, mixup_partner, mosaic_partners
+
+    samples = _samples(tmp_path, count=24)
+    loader = build_loader(samples, img_size=64, batch_size=4,
+                          augment=AugmentParams(mosaic=1.0, mixup=1.0, **PLAIN), workers=0, shuffle=True,
+                          seed=0)
+    loader.batch_sampler.pool_batches = 2  # pools of 8: three in an epoch
+    batches = list(loader.batch_sampler)
+    pools = [batch[0][4] for batch in batches]
+    assert isinstance(pools[0], FillingPool) and pools[1] is pools[0]
+    assert all(type(pool) is tuple for pool in pools[2:])
+    first = pools[0]
+    for key in (key for batch in batches[:2] for key in batch):
+        before = set(first[:first.index(key[0]) + 1])
+        assert set(mosaic_partners(0, 0, key[0], 24, 1.0, 0, key[4])) <= before
+        assert mixup_partner(0, 0, key[0], 24, 1.0, key[4])[0] in before
+    drawn = {p for key in batches[2] for p in mosaic_partners(0, 0, key[0], 24, 1.0, 0, key[4])}
+    assert not drawn <= {key[0] for key in batches[2]}  # a later pool: partners beyond the batch
+    sent = pickle.loads(pickle.dumps(first))
+    assert sent == first and type(sent) is FillingPool
+    loader.set_epoch(1)
+    assert all(type(batch[0][4]) is tuple for batch in loader.batch_sampler)
+    # the first batch is made from its own images: four decodes
+    loader.set_epoch(0)
+    next(iter(loader))
+    assert sum(loader.dataset.decodes.values()) == 4

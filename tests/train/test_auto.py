@@ -178,11 +178,11 @@ def test_train_chooses_the_disk_cache_and_config_yaml_reruns_and_resumes_with_it
 
     config = TrainConfig.build(str(cfg), str(data), epochs=2, evaluation_interval=0, project=str(
         tmp_path / "runs"), name="c", checkpoint_interval=0)
-    fit(config, stop_at_iteration=1, quiet=True)
-    assert len(calls) == 2
+    fit(config, stop_at_iteration=1, quiet=True)  # the same images and flags: run a's measurement, kept
+    assert len(calls) == 1
     last = tmp_path / "runs" / "c" / "weights" / "last.pt"
     assert cli(["train", "--resume", str(last)]) == 0
-    assert len(calls) == 2
+    assert len(calls) == 1
     resumed = yaml.safe_load((tmp_path / "runs" / "c" / "config.yaml").read_text())
     assert resumed["data_args"]["cache"] == "disk" and resumed["sources"]["cache"].startswith("auto:")
 

@@ -3,6 +3,8 @@ inputs computed without a per-image loop, its prediction printed readably at CPU
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from synth import make_dataset, micro_cfg
@@ -114,3 +116,73 @@ def test_a_choice_that_reads_the_files_is_the_same_whatever_a_cache_would_cost()
         for warm, device in ((cold / 10, cold / 100), (cold, None), (cold / 2, cold / 3)):
             assert choose_pipeline(requested, ImageCosts(cold, warm, device), machine, step, 2**30,
                                    None) == unmeasured
+
+
+def test_the_first_step_waits_for_its_own_batch_only(tmp_path, isolated_cache):
+    """Through `turboyolo train`: the first optimizer step comes after the decodes of its own batch's
+    images (epoch 1's first partner pool fills as it goes), not of a whole pool's; labels.jpg and
+    train_batch0.jpg are drawn after that step, and both are there at the end."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from turboyolo.data import decode
+
+    data = make_dataset(tmp_path / "data", 40, 3)  # one pool of 10 batches of 4: 40 images
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
+    run = tmp_path / "runs" / "first"
+    before = decode.DECODES.copy()
+    at_first_step = []
+    handle = register_optimizer_step_post_hook(lambda *_: at_first_step.append(
+        (sum((decode.DECODES - before).values()), (run / "labels.jpg").exists(),
+         (run / "train_batch0.jpg").exists())))
+    try:  # the pipeline given (no start-of-run measurement) and in this process (its decodes counted)
+        code = cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                    "--name", "first", "--epochs", "1", "--evaluation-interval", "0", "--max-batches", "3",
+                    "--workers", "0", "--cache", "none", "--augment-on", "cpu", "--mosaic", "1"])
+    finally:
+        handle.remove()
+    assert code == 0
+    assert at_first_step[0] == (4, False, False)
+    assert (run / "labels.jpg").exists() and (run / "train_batch0.jpg").exists()
+
+
+def test_a_second_start_takes_the_first_starts_pipeline_measurement(tmp_path, monkeypatch, capsys,
+                                                                      isolated_cache):
+    """The start-of-run measurement is kept for the next start on the same images with the same flags on
+    this machine; a changed image, another size or a damaged cache file measures again."""
+    from turboyolo.train import facts
+
+    measured = []
+    measure = facts.measure_costs
+    monkeypatch.setattr(facts, "measure_costs", lambda *a, **k: measured.append(1) or measure(*a, **k))
+    data = make_dataset(tmp_path / "data", 8, 3)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
+
+    def start(*flags) -> str:
+        code = cli(["train", "--cfg", str(cfg), "--data", str(data), "--project", str(tmp_path / "runs"),
+                    "--epochs", "1", "--evaluation-interval", "0", "--max-batches", "1", *flags])
+        assert code == 0
+        return next(line for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("input pipeline: measured"))
+
+    first = start()
+    assert len(measured) == 1 and "earlier start" not in first
+    second = start()
+    assert len(measured) == 1
+    assert "(an earlier start's measurement of the same images, from the cache)" in second
+    def costs(line: str) -> str:  # the loader's figures (the step's rate is measured at every start)
+        return line.rsplit("images", 1)[1].split(": ", 1)[1].split("; step", 1)[0]
+
+    assert costs(second) == costs(first)
+    start("--img-size", "96")
+    assert len(measured) == 2
+    kept = sorted((isolated_cache / "pipeline").glob("*.json"))
+    assert len(kept) == 2
+    for path in kept:
+        path.write_text('{"cold_s": "fast"}')
+    start()
+    assert len(measured) == 3
+    images = sorted((tmp_path / "data" / "images" / "train").glob("*"))  # any may be in the sample
+    for image in images:
+        os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
+    start()
+    assert len(measured) == 4

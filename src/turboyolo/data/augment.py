@@ -314,6 +314,28 @@ def mosaic_rng(seed: int, epoch: int, index: int, stream: int = 0) -> np.random.
                                  + ([stream] if stream else []))
 
 
+class FillingPool(tuple):
+    """The partner pool of a run's first batches (epoch 1's first run of batches): a sample draws its
+    partners from the pool's samples up to and including itself, in the pool's order (:meth:`reachable`), as
+    Ultralytics' mosaic buffer holds the images loaded so far; so the first batch is made from its own
+    images, and the first step does not wait for the decodes of a whole pool. The order is the global one
+    (a pool spans every rank's batches), so the partners do not depend on the batch size, the
+    subdivisions or the number of processes."""
+
+    def reachable(self, index: int) -> tuple[int, ...]:
+        """The part of the pool sample ``index`` draws from: the samples up to and including it."""
+        try:
+            return tuple(self[:self.index(index) + 1])
+        except ValueError:  # not in its pool (cannot happen with the sampler's keys): the whole pool
+            return tuple(self)
+
+
+def drawable(pool: tuple[int, ...] | None, index: int) -> tuple[int, ...] | None:
+    """What sample ``index`` draws its partners from in ``pool``: all of it (None: the whole set), or a
+    :class:`FillingPool`'s samples up to itself."""
+    return pool.reachable(index) if isinstance(pool, FillingPool) else pool
+
+
 def partner_draw(rng: np.random.Generator, pool: tuple[int, ...] | None, count: int,
                  size: int | None = None):
     """Partner sample index(es) drawn with ``rng`` from ``pool`` (sample indices: the run of batches a
@@ -334,7 +356,7 @@ def mosaic_partners(seed: int, epoch: int, index: int, count: int, probability: 
     draw = mosaic_rng(seed, epoch, index, stream)
     if draw.random() >= probability:
         return None
-    return [int(other) for other in partner_draw(draw, pool, count, size=3)]
+    return [int(other) for other in partner_draw(draw, drawable(pool, index), count, size=3)]
 
 
 @dataclass(frozen=True)
@@ -437,7 +459,7 @@ def mixup_partner(seed: int, epoch: int, index: int, count: int, probability: fl
     draw = mixup_rng(seed, epoch, index)
     if draw.random() >= probability:
         return None
-    return int(partner_draw(draw, pool, count)), float(draw.beta(32.0, 32.0))
+    return int(partner_draw(draw, drawable(pool, index), count)), float(draw.beta(32.0, 32.0))
 
 
 def mixup(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], ratio: float

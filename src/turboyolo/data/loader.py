@@ -388,8 +388,8 @@ class DetectionLoader:
 
     def start(self) -> None:
         """Have the workers start on the current epoch's first batches now, so they are being made while
-        the caller does other work (the start of a run draws ``labels.jpg``); the iteration that follows
-        takes them: the same batches. Nothing where an iteration starts its own loader (no workers, no
+        the caller does other work (a run's start fits the anchors, builds the model); the iteration that
+        follows takes them: the same batches. Nothing where an iteration starts its own loader (no workers, no
         stream across epochs, a start inside the epoch) or the stream already stands at this epoch."""
         if self.workers == 0 or self._plan.upcoming is None or self.batch_sampler.start:
             return

@@ -10,7 +10,10 @@ loader hands a whole run to one worker (:class:`BatchGroups`), which decodes eac
 most once and composes every mosaic from images already in hand. Pools are a function of (seed, epoch)
 and the global batch size, like the order (under DDP a pool spans the ranks' batches of its run, so the
 processes draw the partners one process would): a sample stays a function of (seed, epoch, index, its
-pool), so batches do not depend on the number of workers, on the cache, or on a mid-epoch resume.
+pool), so batches do not depend on the number of workers, on the cache, or on a mid-epoch resume. In
+epoch 1's first pool a sample draws only from the pool's samples up to itself
+(:class:`~turboyolo.data.augment.FillingPool`): the run's first step waits for its own batch's images,
+not a whole pool's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
+
+from turboyolo.data.augment import FillingPool
 
 SIZE_STEP = 32  # multiscale sizes are multiples of the network stride
 POOL_IMAGES = 64  # a partner pool holds at least this many images (Ultralytics' buffer at batch 8)
@@ -148,7 +153,9 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
     def _pools(self, chunks: list[np.ndarray]) -> list[tuple[int, ...]]:
         """Per batch, its partner pool: the indices of its run of :attr:`pool_batches` batches (one tuple
         object per run, shared by its batches); a last run shorter than half the others joins the one
-        before, so no pool is a handful of images."""
+        before, so no pool is a handful of images. Epoch 1's first pool is a
+        :class:`~turboyolo.data.augment.FillingPool`: the first step waits for its own batch's decodes
+        only."""
         size = self.pool_batches
         starts = list(range(0, len(chunks), size))
         if len(starts) > 1 and len(chunks) - starts[-1] < _joined_tail(size):
@@ -157,6 +164,8 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         for k, start in enumerate(starts):
             end = starts[k + 1] if k + 1 < len(starts) else len(chunks)
             pool = tuple(int(i) for chunk in chunks[start:end] for i in chunk)
+            if k == 0 and self.epoch == 0:  # the run's first batches: each from the pool's samples so far
+                pool = FillingPool(pool)
             pools.extend([pool] * (end - start))
         return pools
 

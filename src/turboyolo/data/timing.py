@@ -56,7 +56,7 @@ def _process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _self_cpu_s() -> float:
+def _process_self_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -72,13 +72,16 @@ def ring_round_batches(loader) -> int:
     return (ring + 2) * max(1, getattr(loader, "workers", 0)) * per_request
 
 
-def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int | None = None) -> Measurement:
+def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int | None = None,
+                   own_thread: bool = False) -> Measurement:
     """Iterate ``loader`` (repeating epochs) until ``images`` images arrived, after one warm-up batch (and
     the rest of its request), timing whole requests; with ``min_cpu_s``, on (whole requests, up to
     ``max_images``) until the timed CPU time reaches it too (a cheap path timed long enough that the timer's
     and the epochs' fixed costs do not weigh, without a second warm-up).
 
-    CPU time counts the main process (all threads, including pinning) and every live worker. The epochs
+    CPU time counts the main process (all threads, including pinning) and every live worker;
+    ``own_thread`` (a loader without workers, OpenCV and torch on one thread: all of its work is in the
+    calling thread) counts the calling thread instead of the whole process. The epochs
     follow one another as `train` has them (the workers go on into the next epoch's first batches), so a
     small data set's epoch starts cost what they cost in training, not a restart each.
     """
@@ -101,6 +104,9 @@ def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int 
         untimed += batch[0].shape[0]
         in_epoch += 1
     workers = _worker_pids(loader)
+    # own_thread without workers: all of the loading happens in this thread, so its CPU time is the main
+    # process's share and another thread of the process (a run's anchor check) does not count
+    _self_cpu_s = time.thread_time if own_thread and not workers else _process_self_cpu_s
     start_wall, start_main = time.perf_counter(), _self_cpu_s()
     start_workers = sum(_process_cpu_s(p) for p in workers)
     seen = 0

@@ -22,17 +22,7 @@ from turboyolo.data.cache import prepare_cache
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import scan_dataset
 from turboyolo.data.timing import Measurement, measure_loader  # noqa: F401  (re-exported)
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``unknown CPU`` elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+from turboyolo.devices import cpu_model
 
 
 def train_default_augment() -> AugmentParams:

@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,21 +28,24 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from turboyolo.assets import cache_dir
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import available_bytes, default_cache_root, estimate_bytes, prepare_cache
 from turboyolo.data.device_loader import device_augment_unsupported
 from turboyolo.data.pipeline import build_loader
 from turboyolo.data.scan import Sample, ScanResult, scan_dataset
 from turboyolo.data.timing import measure_loader, ring_round_batches
-from turboyolo.devices import usable_cpus
+from turboyolo.devices import cpu_model, usable_cpus
 from turboyolo.formats.darknet_cfg import ModelSpec
 from turboyolo.model.darknet import Darknet
+from turboyolo.rundir import write_atomically
 from turboyolo.train.auto import AUTO, ImageCosts, Machine, PipelineChoice, choose_pipeline, given_pipeline
 
 SAMPLE_IMAGES = 8  # training images the start-of-run measurement decodes (twice: warm-up and timed)
 WORKER_REQUESTS = 24  # requests a loader with workers is timed over at least (the doctor's one-worker
 # runs: a worker's first requests allocate its shared memory), or past its buffer ring if that is longer
 MIN_TIMED_S = 0.2  # a loader measurement goes on past its passes until it has timed this much CPU time ...
+COSTS_CACHE_VERSION = 1  # of what kept_costs keeps (a new meaning of ImageCosts: a new number)
 MAX_MORE_PASSES = 20  # ... over at most this many times as many images (one warm-up: a file decodes twice)
 # Step time from FLOPs: bf16 matrix rate of a named GPU and a YOLOv3 training utilisation.
 # H200/H100: 790 TFLOP/s measured on an H200 (989 datasheet); A100: 312 datasheet x 0.8.
@@ -153,8 +162,9 @@ def loader_cpu_s(subset: Sequence[Sample], img_size: int, batch: int, augment: A
         passes = max(passes, -(-ring_round_batches(loader) * batch // len(subset)))
     # a cheap path (cached, device augmentation) is timed on past its passes, long enough that the timer's
     # and the epochs' fixed costs do not weigh (a few ms on 8-40 images read 0.6-0.8x)
+    # in-process under one_thread: this thread's CPU (a run's anchor check runs beside it meanwhile)
     m = measure_loader(loader, len(subset) * passes, min_cpu_s=MIN_TIMED_S,
-                       max_images=len(subset) * passes * MAX_MORE_PASSES)
+                       max_images=len(subset) * passes * MAX_MORE_PASSES, own_thread=not workers)
     del loader
     return m.cpu_s / m.images, m.main_cpu_s / m.images
 
@@ -193,6 +203,70 @@ def measure_costs(samples: Sequence[Sample], img_size: int, batch: int, augment:
     return ImageCosts(cold, warm, device, main, extra, device_main, device_extra, spread)
 
 
+def kept_costs(samples: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
+               multiscale, cache_side: Callable[[float], bool]) -> tuple[ImageCosts, bool]:
+    """:func:`measure_costs` for a run's start, kept in ``$TURBOYOLO_CACHE/pipeline`` for the next start:
+    (the costs, whether they came from there). The key is what the measurement reads and runs: the
+    sampled images (path, size, modification time, boxes), the size, batch, augmentation and multiscale
+    range, and the machine (CPU model, usable cores, host, torch and turboyolo versions), so a changed
+    file, flag, machine or release measures again. A kept measurement without the cache's costs is used
+    only while the choice still cannot use them (``cache_side``: more free memory now may change that).
+    A cache file that does not read as costs is ignored (JSON only: reading it runs no code); a cache
+    folder that takes no writes only means measuring at every start."""
+    subset = sample_subset(samples)
+    try:
+        path = _costs_path(subset, img_size, batch, augment, multiscale)
+    except OSError:  # a sampled image is gone: measured (and named by the loader) as before
+        path = None
+    kept = _read_costs(path) if path is not None else None
+    if kept is not None and (kept.warm_s is not None or not cache_side(kept.cold_s)):
+        return kept, True
+    costs = measure_costs(samples, img_size, batch, augment, multiscale=multiscale, cache_side=cache_side)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, json.dumps(dataclasses.asdict(costs)))
+    return costs, False
+
+
+def _costs_path(subset: Sequence[Sample], img_size: int, batch: int, augment: AugmentParams | None,
+                multiscale) -> Path:
+    digest = hashlib.sha1()
+    for sample in subset:
+        stat = os.stat(sample.image)
+        named = f"{sample.image}\0{stat.st_size}\0{stat.st_mtime_ns}\0"
+        digest.update(named.encode("utf-8", "surrogateescape"))
+        digest.update(np.ascontiguousarray(sample.labels, np.float32).tobytes())
+    params = {"img_size": img_size, "batch": batch, "multiscale": multiscale,
+              "augment": dataclasses.asdict(augment) if augment is not None else None,
+              "sample": SAMPLE_IMAGES, "cpu": cpu_model(), "cores": usable_cpus(), "host": platform.node(),
+              "torch": torch.__version__, "turboyolo": _release(), "version": COSTS_CACHE_VERSION}
+    digest.update(json.dumps(params, sort_keys=True, default=repr).encode())
+    return cache_dir() / "pipeline" / f"{digest.hexdigest()[:24]}.json"
+
+
+def _release() -> str:
+    try:
+        return importlib.metadata.version("turboyolo")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree without an install
+        return "unknown"
+
+
+def _read_costs(path: Path) -> ImageCosts | None:
+    try:
+        item = json.loads(path.read_text(encoding="utf-8"))
+        costs = ImageCosts(**item)
+    except (OSError, ValueError, TypeError):
+        return None
+    values = dataclasses.astuple(costs)
+    required = (costs.cold_s, costs.handoff_s, costs.worker_extra_s, costs.device_spread_decodes)
+    if (any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                               or not math.isfinite(v) or v < 0) for v in values)
+            or any(v is None for v in required) or costs.cold_s <= 0):
+        return None
+    return costs
+
+
 def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
     """Usable cores, free RAM, free disk at ``cache_folder`` (or its nearest existing parent)."""
     return Machine(usable_cpus(), available_bytes("ram", cache_folder), available_bytes("disk", cache_folder),
@@ -202,10 +276,12 @@ def machine_facts(device: torch.device, cache_folder: Path) -> Machine:
 def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: ModelSpec,
                   augment: AugmentParams | None, mini_batch: int, device: torch.device, world_size: int = 1,
                   multiscale=None, log=print, scans: tuple[ScanResult, ScanResult] | None = None,
-                  ) -> PipelineChoice:
+                  beside: Callable[[], object] | None = None) -> PipelineChoice:
     """Measure what ``auto`` decides from (a sample of ``data``'s training images, this machine, the
     step's estimate) and choose (:func:`turboyolo.train.auto.choose_pipeline`). ``scans``: the (train,
-    val) scans the run already has (default: scanned here)."""
+    val) scans the run already has (default: scanned here). ``beside``: called once the step's rate is
+    measured (by the clock, which other work would slow) and before the loader's measurement (by its
+    thread's CPU time): other work of the start may run beside that one."""
     img_size = spec.net.width
     size = max(img_size, multiscale[1] if multiscale else 0)
     train = scans[0].samples if scans else scan_dataset(data, "train").samples
@@ -221,6 +297,8 @@ def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: Mod
         machine = dataclasses.replace(machine, cores=max(1, machine.cores // world_size),
                                       free_ram=machine.free_ram // world_size)
     step_s, how = estimate_step_s(spec, img_size, device)
+    if beside is not None:
+        beside()
     unsupported = device_augment_unsupported(augment)
 
     def cache_side(cold_s: float) -> bool:
@@ -230,10 +308,11 @@ def auto_pipeline(requested: dict[str, tuple[object, str]], data: str, spec: Mod
                                 unsupported)
         return probe.cache != "none" or probe.augment_on == "device"
 
-    costs = measure_costs(train, img_size, mini_batch, augment, multiscale=multiscale, cache_side=cache_side)
+    costs, kept = kept_costs(train, img_size, mini_batch, augment, multiscale, cache_side)
     cached = (f"{1000 * costs.warm_s:.2f} ms from a cache" if costs.warm_s is not None else
               "a cache not measured (this run reads the files)")
-    log(f"input pipeline: measured on {len(sample_subset(train))} training images: "
+    earlier = " (an earlier start's measurement of the same images, from the cache)" if kept else ""
+    log(f"input pipeline: measured on {len(sample_subset(train))} training images{earlier}: "
         f"{1000 * costs.cold_s:.1f} ms per image from the files, {cached}"
         + (f", {1000 * costs.device_s:.2f} ms with device augmentation" if costs.device_s is not None else "")
         + f"; step ~{1000 * step_s:.2f} ms per image ({how})")

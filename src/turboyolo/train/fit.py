@@ -44,6 +44,7 @@ from turboyolo.train.logger import Progress, RunLogger, SilentLogger
 from turboyolo.train.metrics import EvalResult
 from turboyolo.train.setup import (
     Run,
+    anchor_check,
     build_state,
     check_batching,
     choose_input_pipeline,
@@ -103,13 +104,16 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     device = run.device
     try:
         check_batching(run.spec, run.env.world_size)
-        choose_input_pipeline(run)  # --cache, --augment-on, --workers (and CUDA --subdivisions): or auto
+        anchors = anchor_check(run)  # a fresh run's: in a thread beside the pipeline's measurement
+        # --cache, --augment-on, --workers (and CUDA --subdivisions): given, or auto (measured)
+        choose_input_pipeline(run, anchors.start if anchors and run.env.world_size == 1 else None)
         mini_batch = check_batching(run.spec, run.env.world_size)
         data = load_data(run, mini_batch)
         if run.env.is_main:
             data.write_report(run.run_dir)
-        fit_to_data(run, data)  # the anchors
-        run_plan(run)
+        plan = run_plan(run, data)
+        start_first_batches(run, data, plan.close_mosaic)  # the workers make them while the start goes on
+        fit_to_data(run, data, anchors)  # the anchors, as the check found them
         write_run_files(run)  # config.yaml and model.cfg, once: every value the run uses
         state = build_state(run.resolved, run.env, device, run.resume_state, run.say)
     except BaseException:
@@ -206,15 +210,13 @@ def train_epoch(session: Session) -> tuple[str | None, EpochStats, list[dict]]:
     data.train.set_epoch(state.epoch, state.epoch_start_sample,
                          mix=mixing(state.epoch, run, close_mosaic, run.say),
                          upcoming=lambda epoch: planned_mixing(epoch, run, close_mosaic))
-    if state.iteration == state.epoch == 0 and run.resume_state is None:  # labels.jpg, once, drawn while
-        # the loader's workers make the first batches (sent now: the same batches the loop then takes)
-        data.train.start()
-        session.logger.label_statistics([s.labels for s in data.train.dataset.samples], data.names)
     batches = data.train if state.epoch_batches == 0 else data.train.remaining(state.epoch_batches)
     pictures = None
     if state.iteration == 0:  # train_batch0..2.jpg: the first batches as the network sees them, each
-        # drawn after its step (off the path to the first step)
-        batches = pictures = session.logger.first_batches(batches, data.names)
+        # drawn after its step (off the path to the first step); a fresh run's labels.jpg after the first
+        labels = ([s.labels for s in data.train.dataset.samples]
+                  if state.epoch == 0 and run.resume_state is None else None)
+        batches = pictures = session.logger.first_batches(batches, data.names, labels)
     session.progress.start(state.epoch + 1, run.planned_epochs(), len(data.train), state.epoch_batches)
     monitor, reason = session.monitor, None
     stats, gpu_readings, epoch_start = EpochStats(options.device), [], time.perf_counter()
@@ -296,6 +298,19 @@ def evaluate_now(session: Session, reason: str | None, finished: bool) -> EvalRe
 
 
 # ---------------------------------------------------- the loop's helpers: mosaic switch, Ctrl-C, write errors
+def start_first_batches(run: Run, data: RunData, close_mosaic: int) -> None:
+    """A fresh run's training loader starts on its first batches as soon as the data and the plan are
+    known, while the rest of the start runs (the anchors, the model, the outputs): the
+    first step does not wait for a whole batch of decodes after all of that. The loop then takes these
+    very batches (:meth:`~turboyolo.data.loader.DetectionLoader.start`; the epoch as
+    :func:`train_epoch` sets it). A resumed run starts inside its epoch: its loader starts there."""
+    if run.resume_state is not None:
+        return
+    data.train.set_epoch(0, 0, mix=mixing(0, run, close_mosaic, lambda *_: None),
+                         upcoming=lambda epoch: planned_mixing(epoch, run, close_mosaic))
+    data.train.start()
+
+
 def mixing(epoch: int, run: Run, close_mosaic: int, say: Callable[..., None]) -> bool:
     """Whether mosaic and mixup may run in ``epoch`` (not in the last ``close_mosaic`` planned epochs)."""
     augment = run.config.augment

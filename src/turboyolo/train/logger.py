@@ -164,22 +164,27 @@ class RunLogger:
             else:
                 self.wandb.log(images, step=step)
 
-    def label_statistics(self, labels: Sequence, names: Sequence[str]) -> Path:
-        """``labels.jpg`` of the training labels (per image ``[N, 5]`` cls cx cy w h), logged as train/labels.
+    def label_statistics(self, labels: Sequence, names: Sequence[str], step: int | None = 0) -> Path:
+        """``labels.jpg`` of the training labels (per image ``[N, 5]`` cls cx cy w h), logged as train/labels
+        (at ``step``; None: with the next step's values).
 
-        Call once before training starts (not on resume: the file is already there).
+        Call once in a run (not on resume: the file is already there).
         """
         path = plot_labels(labels, names, self.run_dir / "labels.jpg")
-        self.image_files({"labels": path}, 0, prefix="train")
+        self.image_files({"labels": path}, step, prefix="train")
         return path
 
-    def first_batches(self, batches: Iterable, names: Sequence[str]) -> Iterator:
+    def first_batches(self, batches: Iterable, names: Sequence[str], labels: Sequence | None = None
+                      ) -> Iterator:
         """Wrap the first epoch's batches: ``train_batch0..2.jpg`` as the network sees them, logged too;
         each drawn after its step (:func:`turboyolo.train.plots.plot_first_batches`: close the returned
-        generator when the loop stops early)."""
+        generator when the loop stops early). ``labels`` (a fresh run's training labels): ``labels.jpg``
+        too, after the first step, so that step does not wait for it either."""
+        after = ((lambda: self.label_statistics(labels, names, step=None)) if labels is not None else None)
         yield from plot_first_batches(
             batches, self.run_dir, names,
             on_written=lambda path: self.image_files({path.stem: path}, None, prefix="train"),
+            after_first=after,
         )
 
     def evaluation(
@@ -294,7 +299,7 @@ class SilentLogger:
     def label_statistics(self, *args, **kwargs) -> None:
         pass
 
-    def first_batches(self, batches, names):
+    def first_batches(self, batches, names, labels=None):
         return batches
 
     def evaluation(self, *args, **kwargs) -> dict:

@@ -153,6 +153,7 @@ def plot_first_batches(
     names: Sequence[str] | None = None,
     count: int = TRAIN_BATCH_PLOTS,
     on_written: Callable[[Path], None] | None = None,
+    after_first: Callable[[], object] | None = None,
 ) -> Iterator:
     """Yield ``batches`` unchanged, writing ``train_batch{i}.jpg`` for the first ``count`` of them.
 
@@ -163,9 +164,15 @@ def plot_first_batches(
     batches (:class:`turboyolo.data.device_loader.CanvasBatch`, whose buffer the loader reuses a few
     batches on) are drawn before they are yielded, augmented on the CPU for the picture, which draws
     exactly what the device will compute (the warp and colour numbers are in the batch). Only the first
-    ``count`` batches cost anything; ``on_written`` gets each path written.
+    ``count`` batches cost anything; ``on_written`` gets each path written. ``after_first`` (other work
+    of the run's start, ``labels.jpg``) runs once, after the first batch is drawn, as late as it is.
     """
     out_dir = Path(out_dir)
+    later = [after_first] if after_first is not None else []
+
+    def then() -> None:
+        while later:
+            later.pop()()
 
     def draw(index: int, images, targets) -> None:
         path = plot_train_batch(images, targets, out_dir / f"train_batch{index}.jpg", names)
@@ -178,6 +185,8 @@ def plot_first_batches(
             if pending is not None:
                 draw(*pending)
                 pending = None
+            if index > 0:
+                then()
             if index < count:
                 images, targets = batch[0], batch[1]
                 if hasattr(images, "to_device"):
@@ -188,6 +197,7 @@ def plot_first_batches(
     finally:
         if pending is not None:
             draw(*pending)
+        then()
 
 
 def _tile(image: np.ndarray, side: int) -> tuple[torch.Tensor, float]:

@@ -6,6 +6,7 @@ defaults, then the ``auto`` input pipeline, the anchor check and the plan), its 
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from turboyolo.formats.darknet_cfg import (
 from turboyolo.formats.datasets import load_data_config
 from turboyolo.model.darknet import Darknet
 from turboyolo.model.loading import init_head_priors, load_pretrained, read_training_checkpoint
-from turboyolo.model.zoo import ARCHITECTURES, make_spec
+from turboyolo.model.zoo import ARCHITECTURES, make_spec, with_anchors
 from turboyolo.rundir import (
     RESUME_OUTPUT,
     check_outputs,
@@ -42,6 +43,7 @@ from turboyolo.train.anchors import check_anchors
 from turboyolo.train.auto import AUTO, choose_subdivisions, given_pipeline
 from turboyolo.train.checkpoint import restore
 from turboyolo.train.config import OPTION_GROUP, RESUMABLE, TrainConfig, refuse_new_inputs
+from turboyolo.train.defaults import first_yolo
 from turboyolo.train.engine import TrainState
 from turboyolo.train.engines import choose_step, prepare_model
 from turboyolo.train.facts import auto_pipeline, step_memory
@@ -171,9 +173,10 @@ def write_run_files(run: Run) -> None:
         (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.resolved.as_dict(), sort_keys=False))
 
 
-def choose_input_pipeline(run: Run) -> None:
+def choose_input_pipeline(run: Run, beside: Callable[[], object] | None = None) -> None:
     """``--cache``, ``--augment-on`` and ``--workers``: the given ones, and for ``auto`` what rank 0
-    measures and chooses (:func:`turboyolo.train.facts.auto_pipeline`), one line per choice."""
+    measures and chooses (:func:`turboyolo.train.facts.auto_pipeline`), one line per choice. ``beside``:
+    work that may run beside the loader's measurement (started there, when there is one)."""
     if run.device.type == "cuda" and run.resume_state is None and run.resolved.sources.get(
             "subdivisions") in ("cfg", "default"):
         choose_subdivisions_on_device(run)
@@ -187,7 +190,7 @@ def choose_input_pipeline(run: Run) -> None:
     if run.env.is_main:
         choice = auto_pipeline(requested, run.config.data, run.spec, resolved.augment, resolved.mini_batch,
                                run.device, run.env.world_size, resolved.multiscale, log=run.say,
-                               scans=run.data_scans())
+                               scans=run.data_scans(), beside=beside)
     choice = distributed.broadcast_object(choice)
     for line in choice.lines():
         run.say(line)
@@ -249,24 +252,83 @@ def load_data(run: Run, mini_batch: int) -> RunData:
     return distributed.once_per_node(env, ready, build) or build()
 
 
-def fit_to_data(run: Run, data: RunData) -> ModelSpec:
-    """The cfg the run trains: on a fresh start the anchor check (``--autoanchor`` may replace them: the
-    resolved run then holds the fitted ones); the training set's size fixes the epochs
-    ``--close-mosaic`` counts."""
-    run.batches_per_epoch = len(data.train)
-    if run.resume_state is None:
+class AnchorCheck:
+    """The anchor check of a fresh run (``--autoanchor`` may fit new ones) on the training boxes, in a
+    thread started by :meth:`start` (a run in one process starts it beside its pipeline measurement,
+    which times its own thread's CPU, :func:`turboyolo.data.timing.measure_loader`, so this one does not
+    count there; else once the loaders are built), so that it runs while the start goes on;
+    :meth:`anchors` waits for it and prints its lines then, in their place. NumPy's array work lets the
+    other thread run."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.lines: list[str] = []
+        self.spec: ModelSpec | None = None
+        self.result: ModelSpec | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, samples=None) -> None:
+        """Start the check (once) on ``samples`` (default: the run's training scan)."""
+        if self.thread is not None:
+            return
+        run = self.run
+        samples = run.data_scans()[0].samples if samples is None else samples
+        self.spec = run.spec
         loss = run.config.loss
-        fit_anchors = loss.autoanchor and not loss.anchors  # anchors given with --anchors: only checked
-        spec = check_anchors(run.spec, data.train_scan.samples, autoanchor=fit_anchors,
-                             data=run.config.data, cfg=run.config.cfg, say=run.say)
-        if spec is not run.spec:
-            run.resolved = run.resolved.with_spec(spec, "auto: k-means on the training boxes (--autoanchor)")
+        autoanchor = loss.autoanchor and not loss.anchors  # given with --anchors: only checked
+        self.thread = threading.Thread(target=self._run, args=(samples, autoanchor, run.config.data,
+                                                               run.config.cfg),
+                                       name="anchor-check", daemon=True)
+        self.thread.start()
+
+    def _run(self, samples, autoanchor: bool, data: str, cfg: str) -> None:
+        try:
+            self.result = check_anchors(self.spec, samples, autoanchor=autoanchor, data=data, cfg=cfg,
+                                        say=self.lines.append)
+        except BaseException as err:  # raised again in the caller's thread
+            self.error = err
+
+    def anchors(self, say: Callable[..., None], samples=None) -> tuple[tuple[float, float], ...] | None:
+        """The fitted anchors (None: the cfg's stay), once the check is done (started now on ``samples``
+        if it was not); its lines said first."""
+        self.start(samples)
+        self.thread.join()
+        for line in self.lines:
+            say(line)
+        if self.error is not None:
+            raise self.error
+        if self.result is None or self.result is self.spec:
+            return None
+        return first_yolo(self.result).anchors
+
+
+def anchor_check(run: Run) -> AnchorCheck | None:
+    """A fresh run's anchor check, to start beside the pipeline measurement in a run of one process (under
+    torchrun the ranks share the node's scan, made with the loaders: each checks in :func:`fit_to_data`);
+    None on ``--resume`` (the checkpoint's anchors)."""
+    if run.resume_state is not None:
+        return None
+    return AnchorCheck(run)
+
+
+def fit_to_data(run: Run, data: RunData, check: AnchorCheck | None = None) -> ModelSpec:
+    """The cfg the run trains: on a fresh start the anchor check (``--autoanchor`` may replace them: the
+    resolved run then holds the fitted ones); ``check``: the run's, started already or started now."""
+    if run.resume_state is None:
+        check = check or AnchorCheck(run)
+        anchors = check.anchors(run.say, data.train_scan.samples)
+        if anchors is not None:
+            run.resolved = run.resolved.with_spec(with_anchors(run.spec, anchors),
+                                                  "auto: k-means on the training boxes (--autoanchor)")
     return run.spec
 
 
-def run_plan(run: Run) -> Plan:
+def run_plan(run: Run, data: RunData) -> Plan:
     """The plan of the run (also set on ``run.resolved``): the checkpoint's on ``--resume`` (so the curve
-    continues unchanged), else fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`)."""
+    continues unchanged), else fitted to the planned iterations (:func:`turboyolo.train.plan.make_plan`);
+    the training set's size fixes the epochs (``--max-batches``) and what ``--close-mosaic`` counts."""
+    run.batches_per_epoch = len(data.train)
     plan = _plan(run)
     run.resolved = run.resolved.with_plan(plan)
     return plan
