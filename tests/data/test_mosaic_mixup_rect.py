@@ -223,3 +223,23 @@ def test_the_runs_first_pool_fills_as_it_goes(tmp_path):
     loader.set_epoch(0)
     next(iter(loader))
     assert sum(loader.dataset.decodes.values()) == 4
+
+
+def test_the_runs_first_batch_is_a_request_of_its_own_with_any_workers(tmp_path):
+    """With several workers a request is a whole pool's batches; the run's first batch (its pool
+    filling) is still one request of its own, so the first step waits for its images only. A start
+    inside the epoch (a resume's remainder, re-pooled on another world size) has no filling pool."""
+    from turboyolo.data.augment import FillingPool
+    from turboyolo.data.sampler import BatchGroups
+
+    samples = _samples(tmp_path, count=24)
+    loader = build_loader(samples, img_size=64, batch_size=4, augment=AugmentParams(mosaic=1.0, **PLAIN),
+                          workers=0, shuffle=True, seed=0)
+    sampler = loader.batch_sampler
+    sampler.pool_batches = 3  # pools of 12 samples: two in an epoch
+    groups = list(BatchGroups(sampler, size=3))  # what a loader with several workers requests
+    assert [len(group) for group in groups] == [1, 2, 3]
+    sampler.set_epoch(1)
+    assert [len(group) for group in BatchGroups(sampler, size=3)] == [3, 3]
+    sampler.set_epoch(0, 8)
+    assert not any(isinstance(batch[0][4], FillingPool) for batch in sampler)

@@ -164,7 +164,8 @@ class MultiScaleBatchSampler(torch.utils.data.Sampler):
         for k, start in enumerate(starts):
             end = starts[k + 1] if k + 1 < len(starts) else len(chunks)
             pool = tuple(int(i) for chunk in chunks[start:end] for i in chunk)
-            if k == 0 and self.epoch == 0:  # the run's first batches: each from the pool's samples so far
+            if k == 0 and self.epoch == 0 and not self.start:  # the run's first batches (not a resume's
+                # remainder, re-pooled on another world size): each from the pool's samples so far
                 pool = FillingPool(pool)
             pools.extend([pool] * (end - start))
         return pools
@@ -202,7 +203,8 @@ class BatchGroups(torch.utils.data.Sampler):
     one loader worker makes at a time, so each image of the pool is decoded there once (a pool cut into
     k groups made by different workers: at most k times). ``first``: the first group holds at most this
     many batches (the first batch is not kept waiting for its whole pool; the process that makes the
-    next group too still decodes each image of the pool once)."""
+    next group too still decodes each image of the pool once). The run's first batch (its pool a
+    :class:`~turboyolo.data.augment.FillingPool`) is a group of its own whatever ``first`` says."""
 
     def __init__(self, sampler, size: int | None = None, first: int | None = None):
         self.sampler, self.size, self.first = sampler, size, first
@@ -212,6 +214,11 @@ class BatchGroups(torch.utils.data.Sampler):
         limit = self.first or self.size
         for batch in self.sampler:
             key_pool = batch[0][4] if batch and len(batch[0]) > 4 else None
+            if pool is None and not group and isinstance(key_pool, FillingPool):
+                # the run's first batch, a request of its own with any number of workers: the first step
+                # waits for its own images only (another worker making the rest of the pool decodes
+                # them again as partners: one batch's images, once in a run)
+                limit = 1
             full = limit is not None and len(group) >= limit
             if group and (key_pool is None or key_pool is not pool or full):
                 yield group
