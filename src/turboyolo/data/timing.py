@@ -56,7 +56,7 @@ def _process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _process_self_cpu_s() -> float:
+def _self_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -106,8 +106,8 @@ def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int 
     workers = _worker_pids(loader)
     # own_thread without workers: all of the loading happens in this thread, so its CPU time is the main
     # process's share and another thread of the process (a run's anchor check) does not count
-    _self_cpu_s = time.thread_time if own_thread and not workers else _process_self_cpu_s
-    start_wall, start_main = time.perf_counter(), _self_cpu_s()
+    main_clock = time.thread_time if own_thread and not workers else _self_cpu_s
+    start_wall, start_main = time.perf_counter(), main_clock()
     start_workers = sum(_process_cpu_s(p) for p in workers)
     seen = 0
     limit = max(images, max_images or 0)
@@ -115,7 +115,7 @@ def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int 
     def short() -> bool:  # the timed CPU time under min_cpu_s, and images left to time
         if seen >= limit:
             return False
-        spent = _self_cpu_s() - start_main + sum(_process_cpu_s(p) for p in workers) - start_workers
+        spent = main_clock() - start_main + sum(_process_cpu_s(p) for p in workers) - start_workers
         return spent < min_cpu_s
 
     while seen < images or in_epoch % unit or (min_cpu_s and short()):
@@ -132,7 +132,7 @@ def measure_loader(loader, images: int, min_cpu_s: float = 0.0, max_images: int 
         seen += batch[0].shape[0]
         in_epoch += 1
     wall = time.perf_counter() - start_wall
-    main = _self_cpu_s() - start_main
+    main = main_clock() - start_main
     worker_cpu = sum(_process_cpu_s(p) for p in workers) - start_workers
     del iterator
     return Measurement(seen, wall, main + worker_cpu, main, untimed)
