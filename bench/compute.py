@@ -201,12 +201,11 @@ def run_json(command: list[str], env: dict | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def train_table(args) -> list[str]:
+def train_table(args, work: Path) -> list[str]:
     import os
 
     import torch
 
-    work = Path(tempfile.mkdtemp(prefix="compute-"))
     torch.save(targets_for(args.batch), work / "targets.pt")
     common = [str(args.size), str(args.batch), str(args.steps), str(args.warmup)]
     ultra = [args.ultra_python, "-c", ULTRA_STEP, *common, str(work / "targets.pt")]
@@ -349,8 +348,7 @@ def detect_rows(arch: str, rounds: int, repeats: int, work: Path,
     return source, medians, first_call, auto
 
 
-def detect_table(args) -> list[str]:
-    work = Path(tempfile.mkdtemp(prefix="compute-detect-"))
+def detect_table(args, work: Path) -> list[str]:
     from importlib.metadata import PackageNotFoundError, version
 
     def installed(package: str) -> str:
@@ -469,10 +467,11 @@ def main() -> int:
         print(json.dumps(ours_worker(int(size), int(batch), int(steps), int(warmup), variant)))
         return 0
     print(f"machine: {platform.processor() or platform.machine()}, {platform.python_version()}")
-    if args.what in ("all", "detect"):
-        print("\n".join(detect_table(args)), flush=True)
-    if args.what in ("all", "train"):
-        print("\n".join(train_table(args)))
+    with tempfile.TemporaryDirectory(prefix="compute-") as folder:  # the models (~500 MB), then gone
+        if args.what in ("all", "detect"):
+            print("\n".join(detect_table(args, Path(folder))), flush=True)
+        if args.what in ("all", "train"):
+            print("\n".join(train_table(args, Path(folder))))
     return 0
 
 

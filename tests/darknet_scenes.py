@@ -63,12 +63,15 @@ def scene_boxes(rng: np.random.Generator) -> list[tuple[int, int, int, int, int]
 
 def scene_half(photo: str, seed: int) -> tuple[np.ndarray, str]:
     """The left half (RGB uint8 256 x 128) and the labels text of the scene of ``photo`` and ``seed``."""
-    out = Path(__import__("tempfile").mkdtemp())
-    path = make_scene(photo, seed, out, 256)
+    import tempfile
+
     import cv2
 
-    half = cv2.imread(str(path))[:, :128, ::-1]
-    return np.ascontiguousarray(half), (out / "labels" / path.with_suffix(".txt").name).read_text()
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder)
+        path = make_scene(photo, seed, out, 256)
+        half = cv2.imread(str(path))[:, :128, ::-1]
+        return np.ascontiguousarray(half), (out / "labels" / path.with_suffix(".txt").name).read_text()
 
 
 def make_scene(photo: str, seed: int, out: Path, size: int = 256) -> Path:

@@ -76,13 +76,21 @@ def test_boxes_follow_pixels(scene):
         assert extent is not None
         assert np.all(got >= 0) and np.all(got <= OUT)
         np.testing.assert_allclose(got, np.clip(hull, 0, OUT), atol=1e-3)
-        if degrees == 0 or not clipped:
-            # the box is where the pixels are (bilinear edges, pixel hull of a rotated rectangle)
+        # how far the visible pixels lie outside the box (outward) and inside it (inward), per side
+        outward = np.array([got[0] - extent[0], got[1] - extent[1], extent[2] - got[2], extent[3] - got[3]])
+        if degrees == 0:
+            # straight edges: the bilinear ramp crosses half-way at the box's edge, a pixel's centre decides
             np.testing.assert_allclose(got, np.array(extent, float), atol=1.5)
         else:
-            # a rotated box cut by the border: the clipped hull contains the visible pixels
-            assert got[0] <= extent[0] + 1.5 and got[1] <= extent[1] + 1.5
-            assert got[2] >= extent[2] - 1.5 and got[3] >= extent[3] - 1.5
+            # a rotated rectangle's extreme points are its corners, where bilinear interpolation is the
+            # product of two edge ramps: the half-way contour is cut inside the corner by up to (1 - 1/sqrt 2)
+            # source pixel along each source axis, i.e. that many output pixels times the largest stretch;
+            # pixels never lie outside the box by more than a pixel's centre (0.5), nor inside by more than
+            # that cut and a pixel (uint8 rounding of the ramp included)
+            stretch = np.linalg.svd(matrix[:, :2], compute_uv=False)[0]
+            assert outward.max() <= 1.0
+            if not clipped:  # a box cut by the border may hold far fewer pixels than its clipped hull
+                assert -outward.min() <= 1.0 + (1 - 2 ** -0.5) * stretch
     else:
         # dropped: what is visible must be thin or a small part of the transformed box
         assert clipped

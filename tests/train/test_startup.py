@@ -148,7 +148,7 @@ def test_the_first_step_waits_for_its_own_batch_only(tmp_path, isolated_cache):
 def test_a_second_start_takes_the_first_starts_pipeline_measurement(tmp_path, monkeypatch, capsys,
                                                                       isolated_cache):
     """The start-of-run measurement is kept for the next start on the same images with the same flags on
-    this machine; a changed image, another size or a damaged cache file measures again."""
+    this machine; a changed image, another size, a damaged cache file or another OpenCV measures again."""
     from turboyolo.train import facts
 
     measured = []
@@ -186,3 +186,6 @@ def test_a_second_start_takes_the_first_starts_pipeline_measurement(tmp_path, mo
         os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
     start()
     assert len(measured) == 4
+    monkeypatch.setattr(facts.cv2, "__version__", "0.0.1")  # another OpenCV decodes and warps
+    start()
+    assert len(measured) == 5
