@@ -189,3 +189,39 @@ def test_a_second_start_takes_the_first_starts_pipeline_measurement(tmp_path, mo
     monkeypatch.setattr(facts.cv2, "__version__", "0.0.1")  # another OpenCV decodes and warps
     start()
     assert len(measured) == 5
+
+
+def test_a_start_that_fails_after_the_loader_started_ends_its_workers(tmp_path, isolated_cache, monkeypatch):
+    """The training loader's workers start before the model is built; a start that then fails (here:
+    weights of another model) ends them at once, even while the caller keeps the error and its
+    traceback (a notebook does), and leaves no run directory."""
+    import multiprocessing
+
+    import pytest
+
+    import turboyolo
+    from turboyolo.train import fit as fit_module
+
+    data = make_dataset(tmp_path / "data", 8, 3)
+    cfg = micro_cfg(tmp_path / "m.cfg", batch=4)
+    wrong = tmp_path / "other.weights"
+    wrong.write_bytes(np.arange(64, dtype=np.int32).tobytes())
+    before = set(multiprocessing.active_children())
+    started = []
+    start_first = fit_module.start_first_batches
+
+    def starting(run, data, close_mosaic):  # the workers are alive at the start's end, before the model
+        start_first(run, data, close_mosaic)
+        started.append(set(multiprocessing.active_children()) - before)
+
+    monkeypatch.setattr(fit_module, "start_first_batches", starting)
+    with pytest.raises(Exception) as held:
+        turboyolo.train(cfg=cfg, data=data, weights=wrong, project=str(tmp_path / "runs"), epochs=1,
+                        workers=1, cache="none", augment_on="cpu", evaluation_interval=0, quiet=True)
+    assert started and started[0], "the loader's workers should have started before the weights were read"
+    assert str(wrong) in str(held.value)
+    for worker in started[0]:
+        worker.join(timeout=30)
+    assert not any(worker.is_alive() for worker in started[0])
+    assert held.value.__traceback__ is not None  # still held: the workers ended anyway
+    assert not list((tmp_path / "runs").glob("*/*"))

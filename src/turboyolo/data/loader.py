@@ -378,6 +378,8 @@ class DetectionLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
+        if self._loader is None:
+            raise RuntimeError("this loader was closed: it makes no more batches")
         if self.workers == 0:  # made here, anew: nothing held over from an iteration left unfinished
             self.dataset._release(done=True)
         if self._plan.upcoming is None or self.workers == 0 or self.batch_sampler.start:
@@ -396,6 +398,14 @@ class DetectionLoader:
         epoch, mix = self.batch_sampler.epoch, self.batch_sampler.mix
         if self._stream is None or not self._stream.at(epoch, mix):
             self._new_stream(epoch).next_epoch = epoch
+
+    def close(self) -> None:
+        """End the workers now: a start that failed after :meth:`start` (they would otherwise live as long
+        as anything holds this loader, such as a traceback kept in a notebook). The loader makes no batch
+        after this. Its DataLoader and iteration are dropped (nothing else refers to them, no cycle: see
+        ``_requests_of``), which is how a DataLoader's workers end."""
+        self._stream = None
+        self._loader = None
 
     def _new_stream(self, epoch: int) -> _Stream:
         """A stream across epochs from ``epoch``'s start; its DataLoader iteration begins now (the workers

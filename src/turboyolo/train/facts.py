@@ -209,10 +209,11 @@ def kept_costs(samples: Sequence[Sample], img_size: int, batch: int, augment: Au
     (the costs, whether they came from there). The key is what the measurement reads and runs: the
     sampled images (path, size, modification time, boxes), the size, batch, augmentation and multiscale
     range, and the machine (CPU model, usable cores, host, the versions of torch, OpenCV, NumPy, Pillow
-    and turboyolo, which decode and augment), so a changed file, flag, machine or release measures again. A kept measurement without the cache's costs is used
-    only while the choice still cannot use them (``cache_side``: more free memory now may change that).
-    A cache file that does not read as costs is ignored (JSON only: reading it runs no code); a cache
-    folder that takes no writes only means measuring at every start."""
+    and turboyolo, which decode and augment), so a changed file, flag, machine or release measures again.
+    A kept measurement without the cache's costs is used only while the choice still cannot use them
+    (``cache_side``: more free memory now may change that). A cache file that does not read as costs is
+    ignored (JSON only: reading it runs no code); a cache folder that takes no writes only means
+    measuring at every start."""
     subset = sample_subset(samples)
     try:
         path = _costs_path(subset, img_size, batch, augment, multiscale)
@@ -241,7 +242,8 @@ def _costs_path(subset: Sequence[Sample], img_size: int, batch: int, augment: Au
               "augment": dataclasses.asdict(augment) if augment is not None else None,
               "sample": SAMPLE_IMAGES, "cpu": cpu_model(), "cores": usable_cpus(), "host": platform.node(),
               "torch": torch.__version__, "opencv": cv2.__version__, "numpy": np.__version__,
-              "pillow": _release("pillow"), "turboyolo": _release("turboyolo"), "version": COSTS_CACHE_VERSION}
+              "pillow": _release("pillow"), "turboyolo": _release("turboyolo"),
+              "version": COSTS_CACHE_VERSION}
     digest.update(json.dumps(params, sort_keys=True, default=repr).encode())
     return cache_dir() / "pipeline" / f"{digest.hexdigest()[:24]}.json"
 

@@ -102,6 +102,7 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
     """
     run = open_run(config, quiet)
     device = run.device
+    data = None
     try:
         check_batching(run.spec, run.env.world_size)
         anchors = anchor_check(run)  # a fresh run's: in a thread beside the pipeline's measurement
@@ -118,6 +119,8 @@ def fit(config: TrainConfig, *, stop_at_iteration: int | None = None, quiet: boo
         state = build_state(run.resolved, run.env, device, run.resume_state, run.say)
     except BaseException:
         run.discard()  # a failed start leaves no half-made run directory behind
+        if data is not None:
+            data.close()  # nor loader workers started early, alive while anything holds the traceback
         raise
     config, env, say = run.config, run.env, run.say
     stop = StopRule(config.schedule.epochs, run.max_iterations, config.schedule.time_limit_min * 60.0,

@@ -39,6 +39,11 @@ class RunData:
         return write_scan_report(run_dir, [self.train_scan, self.val_scan],
                                  load_failures=[*self.train.replaced, *self.val.dropped])
 
+    def close(self) -> None:
+        """Both loaders' workers ended now (a start that failed; see DetectionLoader.close)."""
+        self.train.close()
+        self.val.close()
+
     @property
     def val_labels(self) -> dict[str, object]:
         """Validation image path -> its ground truth ``[m, 5]`` (for the val_batch pictures)."""
