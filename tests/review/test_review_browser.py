@@ -19,7 +19,7 @@ DRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path):
     webdriver = pytest.importorskip("selenium.webdriver",
                                     reason="selenium is not installed (pip install -e .[dev])")
     if not CHROMIUM or not DRIVER:
@@ -29,7 +29,9 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1100,760"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
+    # Chromium's own temporary folders go into the test's, which is removed after it (not left in /tmp)
+    service = webdriver.ChromeService(executable_path=DRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = webdriver.Chrome(options=options, service=service)
     driver.set_script_timeout(30)
     yield driver
     driver.quit()
