@@ -236,8 +236,10 @@ def _flat(truth: list[dict]) -> list[dict]:
     return [{**m, "image": os.path.realpath(t["image"])} for t in truth for m in t["mistakes"]]
 
 
-def evaluate_ours(run_dir: Path, truth: list[dict]) -> dict[tuple[str, str], tuple[float, int]]:
-    """(level, kind) -> (AP, positives) of the audit's label_issues.csv and image_ranking.csv."""
+def evaluate_ours(run_dir: Path, truth: list[dict], checked: list[dict] | None = None
+                  ) -> dict[tuple[str, str], tuple[float, int]]:
+    """(level, kind) -> (AP, positives) of the audit's label_issues.csv and image_ranking.csv; with
+    ``checked`` (:func:`with_checked`), the image level against that key too (level ``image, checked``)."""
     import csv
 
     from turboyolo.formats.issues import read_issues
@@ -253,18 +255,41 @@ def evaluate_ours(run_dir: Path, truth: list[dict]) -> dict[tuple[str, str], tup
     with open(run_dir / "image_ranking.csv", newline="") as handle:
         ranking = {os.path.realpath(row["image"]): float(row["score"]) for row in csv.DictReader(handle)}
     out.update(_image_level(ranking, truth))
+    if checked is not None:
+        out.update(_image_level(ranking, checked, "image, checked"))
     return out
 
 
-def _image_level(ranking: dict[str, float], truth: list[dict]) -> dict[tuple[str, str], tuple[float, int]]:
+def _image_level(ranking: dict[str, float], truth: list[dict], level: str = "image"
+                 ) -> dict[tuple[str, str], tuple[float, int]]:
     out = {}
     for kind in (*KINDS, "any"):
         holding = {os.path.realpath(t["image"]) for t in truth
                    if any(kind in ("any", m["kind"]) for m in t["mistakes"])}
         images = list(ranking)
         hits = [image in holding for image in images]
-        out[("image", kind)] = (average_precision([ranking[i] for i in images], hits, sum(hits)), sum(hits))
+        out[(level, kind)] = (average_precision([ranking[i] for i in images], hits, sum(hits)), sum(hits))
     return out
+
+
+def with_checked(truth: list[dict], path: str) -> list[dict]:
+    """The image-level key with the data set's own mistakes that a person confirmed: ``path`` is a CSV
+    (image, original_mistake yes/no, what was seen) of images looked at by eye, such as
+    bench/results/bccd_unboxed_checked.csv (the images of BCCD that two injections left without a mistake;
+    yes where a whole cell, not cut by the border, has no box). A ``yes`` image holds a mistake of kind
+    ``missing`` (no box: only the image level uses this key). Images named there and not in ``truth`` are
+    an error (another data set's file)."""
+    import csv
+
+    with open(path, newline="") as handle:
+        seen = {row["image"]: row["original_mistake"].strip().lower() == "yes"
+                for row in csv.DictReader(handle)}
+    by_stem = {Path(t["image"]).stem: t for t in truth}
+    unknown = sorted(set(seen) - set(by_stem))
+    if unknown:
+        raise SystemExit(f"{path}: {len(unknown)} image(s) not in this copy, e.g. {unknown[0]}")
+    return [{**t, "mistakes": [*t["mistakes"], {"kind": "missing", "checked": True}]}
+            if seen.get(Path(t["image"]).stem) else t for t in truth]
 
 
 def stretch_factor(evidences, quantile: float) -> float:
@@ -280,10 +305,12 @@ def stretch_factor(evidences, quantile: float) -> float:
     return float(np.quantile(np.concatenate(matched), quantile))
 
 
-def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str, stretch: float | None = None
+def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str, stretch: float | None = None,
+                      checked: list[dict] | None = None
                       ) -> tuple[dict[tuple[str, str], tuple[float, int]], str]:
     """The same (level, kind) table for cleanlab fed the audit's predictions and the copy's labels; with
-    ``stretch`` (a quantile), the confidences divided by :func:`stretch_factor` first (clipped at 1)."""
+    ``stretch`` (a quantile), the confidences divided by :func:`stretch_factor` first (clipped at 1);
+    ``checked``: as :func:`evaluate_ours`."""
     from turboyolo.audit.job import collect, evidence_of, read_predictions
 
     audited = collect(data)
@@ -320,7 +347,10 @@ def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str,
         positives = sum(1 for m in mistakes if m["kind"] == kind)
         matched = _match_missing(rows, mistakes) if kind == "missing" else _match_given(rows, mistakes, kind)
         out[("box", kind)] = (average_precision(*matched, positives), positives)
-    out.update(_image_level({key: 1 - q for key, q in zip(keys, result["quality"])}, truth))
+    ranking = {key: 1 - q for key, q in zip(keys, result["quality"])}
+    out.update(_image_level(ranking, truth))
+    if checked is not None:
+        out.update(_image_level(ranking, checked, "image, checked"))
     flagged = {key for key, flag in zip(keys, result["issues"]) if flag}
     holding = {os.path.realpath(t["image"]) for t in truth if t["mistakes"]}
     note = (f"cleanlab {result['version']}{f' (confidences / {factor:.3f})' if stretch else ''} "
@@ -349,14 +379,16 @@ def run(args: argparse.Namespace) -> int:
                                     RunDirArgs(project=str(out / "runs"), name="audit")))
     print(report.summary())
     minutes = report.minutes if not args.predictions else float("nan")
-    ours = evaluate_ours(report.run_dir, truth)
-    theirs, note = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python)
-    stretched, note2 = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, STRETCH)
+    checked = with_checked(truth, args.checked) if args.checked else None
+    ours = evaluate_ours(report.run_dir, truth, checked)
+    theirs, note = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, checked=checked)
+    stretched, note2 = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, STRETCH, checked)
     print(f"\n{Path(args.data).name}, seed {args.seed}: {counts}; audit {minutes:.1f} min "
           f"({time.time() - started:.0f} s this call); {note}; {note2}\n")
     print("| level | kind | injected | turboyolo audit AP | cleanlab AP | cleanlab AP, confidences "
           "stretched |\n|---|---|---|---|---|---|")
-    for key in sorted(ours, key=lambda k: (k[0] != "box", (*KINDS, "any").index(k[1]))):
+    levels = ("box", "image", "image, checked")
+    for key in sorted(ours, key=lambda k: (levels.index(k[0]), (*KINDS, "any").index(k[1]))):
         print(f"| {key[0]} | {key[1]} | {ours[key][1]} | {ours[key][0]:.3f} | {theirs[key][0]:.3f} | "
               f"{stretched[key][0]:.3f} |")
     if args.record:
@@ -397,6 +429,9 @@ def main() -> int:
     parser.add_argument("--predictions", default=None,
                         help="an earlier audit's predictions.json of this copy: only score again")
     parser.add_argument("--cleanlab-python", default=CLEANLAB_PYTHON)
+    parser.add_argument("--checked", default=None,
+                        help="CSV of images a person looked at (image,original_mistake,what was seen): the "
+                             "image level is also scored with their confirmed own mistakes in the key")
     parser.add_argument("--record", action="store_true", help="append the rows to bench/results")
     return run(parser.parse_args())
 
