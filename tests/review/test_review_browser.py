@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 
 import pytest
@@ -19,7 +20,7 @@ DRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture
-def browser(tmp_path):
+def browser():
     webdriver = pytest.importorskip("selenium.webdriver",
                                     reason="selenium is not installed (pip install -e .[dev])")
     if not CHROMIUM or not DRIVER:
@@ -29,12 +30,17 @@ def browser(tmp_path):
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1100,760"):
         options.add_argument(flag)
-    # Chromium's own temporary folders go into the test's, which is removed after it (not left in /tmp)
-    service = webdriver.ChromeService(executable_path=DRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_script_timeout(30)
-    yield driver
-    driver.quit()
+    # Chromium's own temporary folders go into one of ours, removed after the test (not left in /tmp); a
+    # short path, not tmp_path: Chromium puts sockets there, and a socket's path has at most 107 bytes
+    scratch = tempfile.mkdtemp(prefix="chromium-")
+    service = webdriver.ChromeService(executable_path=DRIVER, env={**os.environ, "TMPDIR": scratch})
+    try:
+        driver = webdriver.Chrome(options=options, service=service)
+        driver.set_script_timeout(30)
+        yield driver
+        driver.quit()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def wait_for(driver, script: str, timeout: float = 30.0):
