@@ -8,6 +8,7 @@ temporary file and renamed only after its size and sha256 match, so no partial f
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -116,6 +117,15 @@ def cache_dir() -> Path:
         writable_folder(path, "TURBOYOLO_CACHE (the cache folder)")  # says why
         raise
     return path
+
+
+def package_version(package: str) -> str:
+    """The installed version of ``package`` (``unknown`` where it has no metadata, as in a source tree
+    without an install): a part of the key of what the cache keeps that a release may change."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def offline() -> bool:

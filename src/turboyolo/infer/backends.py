@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from turboyolo.assets import cache_dir
+from turboyolo.assets import cache_dir, package_version
 from turboyolo.errors import ConfigError, FlagError
 from turboyolo.formats.darknet_cfg import format_cfg
 from turboyolo.infer.export import ExportOptions, export_onnx
@@ -118,8 +117,8 @@ def cached_export(folded: Darknet, img_size: tuple[int, int], say=print) -> Path
     """The ONNX file of ``folded`` at ``img_size`` (raw heads, dynamic batch), exported on first use into
     ``<cache>/onnx/<hash>.onnx``; the hash covers the cfg, every weight, the size and the versions."""
     digest = hashlib.sha256()
-    for part in (format_cfg(folded.spec), str(img_size), torch.__version__, _version("turboyolo"),
-                 _version("onnx")):
+    for part in (format_cfg(folded.spec), str(img_size), torch.__version__, package_version("turboyolo"),
+                 package_version("onnx")):
         digest.update(part.encode())
     for name, tensor in folded.state_dict().items():
         digest.update(name.encode())
@@ -140,13 +139,6 @@ def cached_export(folded: Darknet, img_size: tuple[int, int], say=print) -> Path
     finally:
         partial.unlink(missing_ok=True)
     return path
-
-
-def _version(package: str) -> str:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "?"
 
 
 def make_runner(name: str, model: Darknet, device: torch.device, dtype: torch.dtype,

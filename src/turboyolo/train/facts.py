@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from turboyolo.assets import cache_dir
+from turboyolo.assets import cache_dir, package_version
 from turboyolo.data.augment import AugmentParams
 from turboyolo.data.cache import available_bytes, default_cache_root, estimate_bytes, prepare_cache
 from turboyolo.data.device_loader import device_augment_unsupported
@@ -242,17 +241,10 @@ def _costs_path(subset: Sequence[Sample], img_size: int, batch: int, augment: Au
               "augment": dataclasses.asdict(augment) if augment is not None else None,
               "sample": SAMPLE_IMAGES, "cpu": cpu_model(), "cores": usable_cpus(), "host": platform.node(),
               "torch": torch.__version__, "opencv": cv2.__version__, "numpy": np.__version__,
-              "pillow": _release("pillow"), "turboyolo": _release("turboyolo"),
+              "pillow": package_version("pillow"), "turboyolo": package_version("turboyolo"),
               "version": COSTS_CACHE_VERSION}
     digest.update(json.dumps(params, sort_keys=True, default=repr).encode())
     return cache_dir() / "pipeline" / f"{digest.hexdigest()[:24]}.json"
-
-
-def _release(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree without an install
-        return "unknown"
 
 
 def _read_costs(path: Path) -> ImageCosts | None:
