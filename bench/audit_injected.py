@@ -236,27 +236,32 @@ def _flat(truth: list[dict]) -> list[dict]:
     return [{**m, "image": os.path.realpath(t["image"])} for t in truth for m in t["mistakes"]]
 
 
-def evaluate_ours(run_dir: Path, truth: list[dict], checked: list[dict] | None = None
-                  ) -> dict[tuple[str, str], tuple[float, int]]:
+def evaluate_ours(run_dir: Path, truth: list[dict], checked: list[dict] | None = None,
+                  boxes: dict[str, list[dict]] | None = None) -> dict[tuple[str, str], tuple[float, int]]:
     """(level, kind) -> (AP, positives) of the audit's label_issues.csv and image_ranking.csv; with
-    ``checked`` (:func:`with_checked`), the image level against that key too (level ``image, checked``)."""
+    ``checked`` (:func:`with_checked`), the image level against that key too (level ``image, checked``);
+    with ``boxes`` (level -> a key of :func:`with_checked_boxes`), box-level ``missing`` against each."""
     import csv
 
-    from turboyolo.formats.issues import read_issues
-
-    mistakes = _flat(truth)
-    issues = read_issues(run_dir)
-    out = {}
-    for kind in KINDS:
-        rows = [(os.path.realpath(r.image), r.cls, r.box, r.score) for r in issues if r.kind == kind]
-        positives = sum(1 for m in mistakes if m["kind"] == kind)
-        matched = _match_missing(rows, mistakes) if kind == "missing" else _match_given(rows, mistakes, kind)
-        out[("box", kind)] = (average_precision(*matched, positives), positives)
+    out = _box_level(lambda kind: our_rows(run_dir, kind), _flat(truth))
+    for level, key in (boxes or {}).items():
+        out.update(_box_level(lambda kind: our_rows(run_dir, kind), _flat(key), level, ("missing",)))
     with open(run_dir / "image_ranking.csv", newline="") as handle:
         ranking = {os.path.realpath(row["image"]): float(row["score"]) for row in csv.DictReader(handle)}
     out.update(_image_level(ranking, truth))
     if checked is not None:
         out.update(_image_level(ranking, checked, "image, checked"))
+    return out
+
+
+def _box_level(rows_of, mistakes: list[dict], level: str = "box", kinds=KINDS
+               ) -> dict[tuple[str, str], tuple[float, int]]:
+    out = {}
+    for kind in kinds:
+        rows = rows_of(kind)
+        positives = sum(1 for m in mistakes if m["kind"] == kind)
+        matched = _match_missing(rows, mistakes) if kind == "missing" else _match_given(rows, mistakes, kind)
+        out[(level, kind)] = (average_precision(*matched, positives), positives)
     return out
 
 
@@ -292,6 +297,30 @@ def with_checked(truth: list[dict], path: str) -> list[dict]:
             if seen.get(Path(t["image"]).stem) else t for t in truth]
 
 
+def with_checked_boxes(truth: list[dict], path: str, verdicts: tuple[str, ...] = ("yes",)) -> list[dict]:
+    """The box-level key with the data set's own unboxed objects that a person confirmed: ``path`` is a CSV
+    (image, class, x1, y1, x2, y2 in the image's pixels, verdict, ...) of candidate boxes looked at by eye,
+    such as bench/results/bccd_unboxed_boxes.csv (made by ``bench/audit_pool.py``: the rows that the
+    methods' rankings put first and the injection's key calls wrong; verdict ``yes``: a whole object with
+    no label, ``cut``: an object cut by the image border with no label, ``no``: anything else). A box
+    whose verdict is in ``verdicts`` is added as a missing box (kind ``missing``); the others change
+    nothing. Images named there and not in ``truth`` are an error."""
+    import csv
+
+    added: dict[str, list[dict]] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["verdict"].strip().lower() in verdicts:
+                box = [float(row[k]) for k in ("x1", "y1", "x2", "y2")]
+                added.setdefault(row["image"], []).append({"kind": "missing", "class": int(row["class"]),
+                                                           "box": box, "checked": True})
+    by_stem = {Path(t["image"]).stem: t for t in truth}
+    unknown = sorted(set(added) - set(by_stem))
+    if unknown:
+        raise SystemExit(f"{path}: {len(unknown)} image(s) not in this copy, e.g. {unknown[0]}")
+    return [{**t, "mistakes": [*t["mistakes"], *added.get(Path(t["image"]).stem, ())]} for t in truth]
+
+
 def stretch_factor(evidences, quantile: float) -> float:
     """The confidence below which ``quantile`` of the predictions that match a label of their class lie:
     dividing by it puts the detector's confidences on the scale cleanlab's fixed thresholds expect (it
@@ -305,12 +334,10 @@ def stretch_factor(evidences, quantile: float) -> float:
     return float(np.quantile(np.concatenate(matched), quantile))
 
 
-def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str, stretch: float | None = None,
-                      checked: list[dict] | None = None
-                      ) -> tuple[dict[tuple[str, str], tuple[float, int]], str]:
-    """The same (level, kind) table for cleanlab fed the audit's predictions and the copy's labels; with
-    ``stretch`` (a quantile), the confidences divided by :func:`stretch_factor` first (clipped at 1);
-    ``checked``: as :func:`evaluate_ours`."""
+def cleanlab_side(run_dir: Path, data: Path, python: str, stretch: float | None = None) -> dict:
+    """cleanlab fed the audit's predictions and the copy's labels (``bench/cleanlab_side.py`` in its own
+    venv); with ``stretch`` (a quantile), the confidences divided by :func:`stretch_factor` first (clipped
+    at 1). Returns the images' keys, their given boxes and predictions, cleanlab's output and the factor."""
     from turboyolo.audit.job import collect, evidence_of, read_predictions
 
     audited = collect(data)
@@ -332,21 +359,41 @@ def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str,
         subprocess.run([python, str(Path(__file__).with_name("cleanlab_side.py")), str(source), str(target)],
                        check=True)
         result = json.loads(target.read_text())
-    mistakes, out = _flat(truth), {}
-    keys = [os.path.realpath(ev.image) for ev in evidences]
+    return {"keys": [os.path.realpath(ev.image) for ev in evidences], "evidences": evidences,
+            "pred_rows": pred_rows, "result": result, "factor": factor}
 
-    def given(name: str) -> list:
-        return [(key, int(c), box, 1 - s) for key, ev, scores in zip(keys, evidences, result[name])
-                for (c, *box), s in zip(ev.labels.tolist(), scores) if s is not None]
 
-    overlooked = [(key, int(p[5]), p[:4], 1 - s) for key, preds, scores in zip(keys, pred_rows,
-                                                                               result["overlooked"])
-                  for p, s in zip(preds, scores) if s is not None]
-    for kind, rows in (("missing", overlooked), ("class", given("swap")), ("location", given("badloc")),
-                       ("spurious", given("badloc"))):
-        positives = sum(1 for m in mistakes if m["kind"] == kind)
-        matched = _match_missing(rows, mistakes) if kind == "missing" else _match_given(rows, mistakes, kind)
-        out[("box", kind)] = (average_precision(*matched, positives), positives)
+def cleanlab_rows(side: dict, kind: str) -> list:
+    """cleanlab's ranked boxes for ``kind`` as (image, class, box, score), worst first by score: its
+    overlooked score per predicted box for missing, swap for class, badloc for location and spurious."""
+    keys, evidences, result = side["keys"], side["evidences"], side["result"]
+    if kind == "missing":
+        return [(key, int(p[5]), p[:4], 1 - s) for key, preds, scores in zip(keys, side["pred_rows"],
+                                                                             result["overlooked"])
+                for p, s in zip(preds, scores) if s is not None]
+    name = {"class": "swap", "location": "badloc", "spurious": "badloc"}[kind]
+    return [(key, int(c), box, 1 - s) for key, ev, scores in zip(keys, evidences, result[name])
+            for (c, *box), s in zip(ev.labels.tolist(), scores) if s is not None]
+
+
+def our_rows(run_dir: Path, kind: str) -> list:
+    """The audit's rows of ``kind`` in label_issues.csv as (image, class, box, score)."""
+    from turboyolo.formats.issues import read_issues
+
+    return [(os.path.realpath(r.image), r.cls, r.box, r.score)
+            for r in read_issues(run_dir) if r.kind == kind]
+
+
+def evaluate_cleanlab(run_dir: Path, data: Path, truth: list[dict], python: str, stretch: float | None = None,
+                      checked: list[dict] | None = None, boxes: dict[str, list[dict]] | None = None
+                      ) -> tuple[dict[tuple[str, str], tuple[float, int]], str]:
+    """The same (level, kind) table for cleanlab (:func:`cleanlab_side`); ``checked`` and ``boxes``: as
+    :func:`evaluate_ours`."""
+    side = cleanlab_side(run_dir, data, python, stretch)
+    keys, result, factor = side["keys"], side["result"], side["factor"]
+    out = _box_level(lambda kind: cleanlab_rows(side, kind), _flat(truth))
+    for level, key in (boxes or {}).items():
+        out.update(_box_level(lambda kind: cleanlab_rows(side, kind), _flat(key), level, ("missing",)))
     ranking = {key: 1 - q for key, q in zip(keys, result["quality"])}
     out.update(_image_level(ranking, truth))
     if checked is not None:
@@ -380,14 +427,19 @@ def run(args: argparse.Namespace) -> int:
     print(report.summary())
     minutes = report.minutes if not args.predictions else float("nan")
     checked = with_checked(truth, args.checked) if args.checked else None
-    ours = evaluate_ours(report.run_dir, truth, checked)
-    theirs, note = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, checked=checked)
-    stretched, note2 = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, STRETCH, checked)
+    boxes = {"box, checked": with_checked_boxes(truth, args.checked_boxes),
+             "box, checked + border": with_checked_boxes(truth, args.checked_boxes, ("yes", "cut"))
+             } if args.checked_boxes else None
+    ours = evaluate_ours(report.run_dir, truth, checked, boxes)
+    theirs, note = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, checked=checked,
+                                     boxes=boxes)
+    stretched, note2 = evaluate_cleanlab(report.run_dir, data, truth, args.cleanlab_python, STRETCH, checked,
+                                         boxes)
     print(f"\n{Path(args.data).name}, seed {args.seed}: {counts}; audit {minutes:.1f} min "
           f"({time.time() - started:.0f} s this call); {note}; {note2}\n")
     print("| level | kind | injected | turboyolo audit AP | cleanlab AP | cleanlab AP, confidences "
           "stretched |\n|---|---|---|---|---|---|")
-    levels = ("box", "image", "image, checked")
+    levels = ("box", "box, checked", "box, checked + border", "image", "image, checked")
     for key in sorted(ours, key=lambda k: (levels.index(k[0]), (*KINDS, "any").index(k[1]))):
         print(f"| {key[0]} | {key[1]} | {ours[key][1]} | {ours[key][0]:.3f} | {theirs[key][0]:.3f} | "
               f"{stretched[key][0]:.3f} |")
@@ -432,6 +484,9 @@ def main() -> int:
     parser.add_argument("--checked", default=None,
                         help="CSV of images a person looked at (image,original_mistake,what was seen): the "
                              "image level is also scored with their confirmed own mistakes in the key")
+    parser.add_argument("--checked-boxes", default=None,
+                        help="CSV of candidate boxes a person looked at (bench/audit_pool.py): box-level "
+                             "missing is also scored with the confirmed unboxed objects in the key")
     parser.add_argument("--record", action="store_true", help="append the rows to bench/results")
     return run(parser.parse_args())
 
