@@ -17,7 +17,10 @@
    cleanlab: its overlooked / swap / badloc box scores, badloc also for spurious), a missing box found
    by a row or a predicted box of IoU >= 0.5 with it; **image level**, the images ranked by the overall
    image score, the images holding a mistake of that kind against all others (`any`: every kind).
-   Original mistakes of the data set count against every method alike.
+   Original mistakes of the data set count against every method alike; ``--checked`` (images) and
+   ``--checked-boxes`` (boxes, judged from the pool of ``bench/audit_pool.py``) add the ones a person
+   confirmed to the key, for every method alike (levels ``image, checked``, ``box, checked`` and
+   ``box, checked + border``).
 
 Rows go to bench/results/audit_injected.csv; a markdown table is printed.
 
