@@ -367,8 +367,9 @@ def cleanlab_side(run_dir: Path, data: Path, python: str, stretch: float | None 
 
 
 def cleanlab_rows(side: dict, kind: str) -> list:
-    """cleanlab's ranked boxes for ``kind`` as (image, class, box, score), worst first by score: its
-    overlooked score per predicted box for missing, swap for class, badloc for location and spurious."""
+    """cleanlab's boxes for ``kind`` as (image, class, box, score), a higher score likelier a mistake (1 -
+    its score): the overlooked score per predicted box for missing, swap for class, badloc for location
+    and spurious."""
     keys, evidences, result = side["keys"], side["evidences"], side["result"]
     if kind == "missing":
         return [(key, int(p[5]), p[:4], 1 - s) for key, preds, scores in zip(keys, side["pred_rows"],
