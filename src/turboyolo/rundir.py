@@ -57,12 +57,14 @@ def next_run_dir(project: str | Path, name: str = "exp", exist_ok: bool = False)
                           "choose a writable folder with --project") from None
 
 
-def write_atomically(path: Path, text: str) -> Path:
+def write_atomically(path: Path, text: str | Iterable[str]) -> Path:
     """``path`` replaced in one step (a temporary file beside it, renamed over it): a Ctrl-C or a full disk
-    leaves the old file or the new one, never half of one, and no temporary file."""
+    leaves the old file or the new one, never half of one, and no temporary file. ``text`` may come in
+    pieces (an iterable of strings), so a large file is never one string in memory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
+        with tmp.open("w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.writelines([text] if isinstance(text, str) else text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

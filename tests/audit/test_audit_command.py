@@ -86,6 +86,52 @@ def test_scores_from_predictions_find_a_wrong_class_and_a_missing_box(tmp_path, 
     assert _files(tmp_path / "data") == before  # the audit never writes a label file
 
 
+def test_an_audits_own_predictions_score_the_same_again_in_any_order(tmp_path, capsys):
+    """predictions.json as the audit writes it (an image at a time) reads back to the same scores, whatever
+    the order of its results (interleaved images) and with an image the model saw nothing in."""
+    images = make_image_folder(tmp_path / "data", count=8, num_classes=2)
+    labels = _labels_in_pixels(images)
+    empty = str(images[5])
+
+    def change(image, rows):
+        if image == empty:
+            return []
+        rows[-1] = [*rows[-1][:5], 0.3]  # one weaker sign per image
+        return rows
+
+    predictions = _predictions(tmp_path / "earlier", labels, change)
+    results = json.loads(predictions.read_text())
+    predictions.write_text(json.dumps(results[::2] + results[1::2]))  # the images interleaved
+    data = str(tmp_path / "data" / "images")
+    assert main(["audit", "--data", data, "--predictions", str(predictions), "--project",
+                 str(tmp_path / "runs"), "--name", "first"]) == 0
+    first = tmp_path / "runs" / "first"
+    assert main(["audit", "--data", data, "--predictions", str(first / "predictions.json"), "--project",
+                 str(tmp_path / "runs"), "--name", "again"]) == 0
+    again = tmp_path / "runs" / "again"
+    for name in ("label_issues.csv", "image_ranking.csv", "image_ids.json"):
+        assert (first / name).read_text() == (again / name).read_text(), name
+    written = json.loads((first / "predictions.json").read_text())
+    assert sorted(map(json.dumps, written)) == sorted(map(json.dumps, json.loads((again / "predictions.json")
+                                                                                 .read_text())))
+    ids = {v: int(k) for k, v in json.loads((first / "image_ids.json").read_text()).items()}
+    by_image = {image: sorted((r["category_id"], r["score"]) for r in written if r["image_id"] == ids[image])
+                for image in labels}
+    assert by_image[empty] == [] and len(written) == len(results)
+    assert all(len(rows) == 2 * len(labels[image]) for image, rows in by_image.items() if image != empty)
+
+
+def test_predictions_naming_an_image_their_ids_lack_are_refused(tmp_path, capsys):
+    images = make_image_folder(tmp_path / "data", count=3, num_classes=2)
+    predictions = _predictions(tmp_path / "earlier", _labels_in_pixels(images), lambda image, rows: rows)
+    results = json.loads(predictions.read_text())
+    predictions.write_text(json.dumps([*results, {**results[0], "image_id": 99}]))
+    assert main(["audit", "--data", str(images[0].parent), "--predictions", str(predictions), "--project",
+                 str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(predictions) in err and "image_id 99" in err
+
+
 def test_an_image_that_does_not_decode_is_a_counted_skip(tmp_path, capsys):
     images = make_image_folder(tmp_path / "data", count=6, num_classes=2)
     labels = _labels_in_pixels(images)

@@ -362,28 +362,36 @@ def evidence_of(sample: Sample, prediction: Prediction) -> ImageEvidence:
 
 
 def read_predictions(path: str, audited: Audited) -> dict[str, Prediction]:
-    """An audit's ``predictions.json`` (COCO results) and ``image_ids.json`` back into predictions."""
+    """An audit's ``predictions.json`` (COCO results) and ``image_ids.json`` back into predictions (held as
+    columns once parsed: a large audit's results are not kept as Python lists beside the parsed JSON)."""
     results_path = Path(path)
     ids_path = results_path.with_name("image_ids.json")
     try:
         results = json.loads(results_path.read_text(encoding="utf-8"))
-        ids = json.loads(ids_path.read_text(encoding="utf-8"))
-        by_id: dict[int, list] = {int(key): [] for key in ids}
-        for item in results:
-            x, y, w, h = (float(v) for v in item["bbox"])
-            by_id[int(item["image_id"])].append([x, y, x + w, y + h, float(item["score"]),
-                                                 int(item["category_id"])])
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        ids = {int(key): image for key, image in json.loads(ids_path.read_text(encoding="utf-8")).items()}
+        count = len(results)
+        image_ids = np.fromiter((int(item["image_id"]) for item in results), np.int64, count)
+        boxes = np.array([item["bbox"] for item in results], np.float64).reshape(count, 4)
+        scores = np.fromiter((float(item["score"]) for item in results), np.float64, count)
+        classes = np.fromiter((int(item["category_id"]) for item in results), np.int64, count)
+        del results
+        unknown = np.setdiff1d(image_ids, np.fromiter(ids, np.int64, len(ids)))
+        if unknown.size:
+            raise KeyError(f"image_id {int(unknown[0])} is not in image_ids.json")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise FlagError(f"--predictions {path}: not an audit's predictions.json with its image_ids.json "
                         f"beside it ({err})") from None
+    boxes[:, 2:] += boxes[:, :2]  # x, y, w, h -> x1, y1, x2, y2
+    order = np.argsort(image_ids, kind="stable")  # each image's boxes in the file's order
+    image_ids = image_ids[order]
     sizes = {key: sample.hw for key, sample in _keyed(audited.samples)}
     out = {}
     for image_id, image in ids.items():
         key = os.path.realpath(image)
         if key not in sizes:
             continue
-        rows = np.asarray(by_id[int(image_id)], np.float64).reshape(-1, 6)
-        out[key] = Prediction(rows[:, :4], rows[:, 4], rows[:, 5].astype(int), sizes[key][1], sizes[key][0])
+        at = order[np.searchsorted(image_ids, image_id, "left"):np.searchsorted(image_ids, image_id, "right")]
+        out[key] = Prediction(boxes[at], scores[at], classes[at], sizes[key][1], sizes[key][0])
     if not out:
         raise FlagError(f"--predictions {path}: none of its images is one of {len(sizes)} images of the data "
                         "set; give the predictions.json of an audit of this data set")
@@ -411,21 +419,29 @@ def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidenc
                          *(f"{item.kinds[kind]:.4f}" for kind in KINDS), item.boxes, item.issues,
                          "" if fold is None else fold + 1])
     write_atomically(run_dir / IMAGES_NAME, table.getvalue())
-    results, ids = [], {}
-    for image_id, evidence in enumerate(evidences):
-        ids[image_id] = evidence.image
-        for x1, y1, x2, y2, score, cls in evidence.preds.tolist():
-            results.append({"image_id": image_id, "category_id": int(cls),
-                            "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
-                            "score": round(score, 5)})
+    ids = {image_id: evidence.image for image_id, evidence in enumerate(evidences)}
     # the ids first: predictions.json is read back only with the image_ids.json beside it
     (run_dir / "predictions.json").unlink(missing_ok=True)
     write_atomically(run_dir / "image_ids.json", json.dumps(ids, indent=1, ensure_ascii=True))
-    write_atomically(run_dir / "predictions.json", json.dumps(results))
+    write_atomically(run_dir / "predictions.json", _coco_results(evidences))
     skipped = [*audited.excluded, *skipped]
     if skipped:
         write_atomically(run_dir / "skipped.txt",
                          "".join(f"{printable(p)}\t{printable(r)}\n" for p, r in skipped))
+
+
+def _coco_results(evidences: list[ImageEvidence]):
+    """The out-of-sample predictions as one COCO results JSON array, written an image at a time."""
+    yield "["
+    first = True
+    for image_id, evidence in enumerate(evidences):
+        items = [{"image_id": image_id, "category_id": int(cls),
+                  "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
+                  "score": round(score, 5)} for x1, y1, x2, y2, score, cls in evidence.preds.tolist()]
+        if items:
+            yield ("" if first else ", ") + json.dumps(items)[1:-1]
+            first = False
+    yield "]"
 
 
 def _write_settings(run_dir: Path, request: AuditRequest, folds: list[list[str]], minutes: float,
