@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -65,3 +66,24 @@ def test_output_names_never_shared_and_never_an_input(tmp_path):
     assert names.name(tmp_path / "x.txt", "a.jpg", ".jpg") == tmp_path / "x.txt"  # the same owner again
     with pytest.raises(OutputError, match="is one of the inputs"):
         names.name(tmp_path / "in.jpg", "other", ".png")
+
+
+def test_real_paths_resolve_as_realpath_does(tmp_path, monkeypatch):
+    """Folders resolved once, a linked file resolved whole: the same answer as os.path.realpath for plain
+    files, files in a linked folder, linked files, relative paths with '..', and paths that do not exist."""
+    from turboyolo.rundir import RealPaths
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (tmp_path / "real" / name).write_bytes(b"x")
+    (tmp_path / "other" / "c.jpg").write_bytes(b"x")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "c.jpg").symlink_to(tmp_path / "other" / "c.jpg")  # a linked file
+    monkeypatch.chdir(tmp_path / "real" / "sub")
+    paths = [tmp_path / "real" / "a.jpg", tmp_path / "linked" / "a.jpg", tmp_path / "linked" / "b.jpg",
+             tmp_path / "linked" / "c.jpg", "../a.jpg", "../../linked/c.jpg", "a.jpg",
+             tmp_path / "nowhere" / "x.jpg", tmp_path / "linked" / ".."]
+    real = RealPaths()
+    assert [real(p) for p in paths] == [os.path.realpath(p) for p in paths]
+    assert real(tmp_path / "linked" / "c.jpg") == os.path.join(os.path.realpath(tmp_path), "other", "c.jpg")

@@ -64,7 +64,7 @@ from turboyolo.options import (
     option,
     require,
 )
-from turboyolo.rundir import check_outside, removed_if_empty, same_file, write_atomically
+from turboyolo.rundir import RealPaths, check_outside, removed_if_empty, same_file, write_atomically
 
 FLAGGED = 0.5  # the summary counts rows scored at least this
 SHEET_ROWS = 20  # rows drawn on each kind's contact sheet
@@ -153,6 +153,7 @@ class Audited:
     samples: list[Sample]
     names: list[str]
     excluded: list[tuple[str, str]]
+    keys: list[str]  # each sample's image by its real path (the same order)
 
 
 def collect(data: str | Path) -> Audited:
@@ -162,14 +163,16 @@ def collect(data: str | Path) -> Audited:
         raise DataError(f"{data}: no class names; add a names file (one class per line) to the data set")
     samples: dict[str, Sample] = {}
     excluded: list[tuple[str, str]] = []
+    real = RealPaths()
     for split in ("train", "val"):
         if not config.split(split):
             continue  # a data set with a training split only; a val split it names must scan
         scan = scan_dataset(data, split, config.names)
         for sample in scan.samples:
-            samples.setdefault(os.path.realpath(sample.image), sample)
+            samples.setdefault(real(sample.image), sample)
         excluded += [item for item in scan.excluded if not item[1].startswith("listed twice")]
-    audited = Audited(list(samples.values()), list(config.names), list(dict.fromkeys(excluded)))
+    audited = Audited(list(samples.values()), list(config.names), list(dict.fromkeys(excluded)),
+                      list(samples))
     if not any(len(s.labels) for s in audited.samples):
         raise DataError(f"{data}: no image has a label file with boxes ({len(audited.samples)} usable, "
                         f"{len(audited.excluded)} excluded); the audit checks labels people made: label "
@@ -197,7 +200,7 @@ def run_audit(request: AuditRequest, log: Callable[[str], None] = print) -> Audi
             predictions, skipped, folds, seconds = read_predictions(args.predictions, audited), [], [], 0.0
         else:
             predictions, skipped, folds, seconds = _predict(request, audited, run_dir, log)
-    evidences = [evidence_of(sample, predictions[key]) for key, sample in _keyed(audited.samples)
+    evidences = [evidence_of(sample, predictions[key]) for key, sample in _keyed(audited)
                  if key in predictions]
     rows, ranking = score_all(evidences, len(audited.names))
     folds_of = {image: index for index, part in enumerate(folds) for image in part}
@@ -209,8 +212,8 @@ def run_audit(request: AuditRequest, log: Callable[[str], None] = print) -> Audi
                        notes, minutes, seconds / 60)
 
 
-def _keyed(samples: list[Sample]):
-    return ((os.path.realpath(sample.image), sample) for sample in samples)
+def _keyed(audited: Audited):
+    return zip(audited.keys, audited.samples)
 
 
 def _notes(request: AuditRequest, names: list[str]) -> list[str]:
@@ -277,7 +280,7 @@ def _predict(request: AuditRequest, audited: Audited, run_dir: Path, log: Callab
     folds and the training seconds. A fold finished by an earlier call into this run directory is kept
     (:mod:`turboyolo.audit.folds`)."""
     args = request.audit
-    by_key = dict(_keyed(audited.samples))
+    by_key = dict(_keyed(audited))
     if args.folds == 0:
         log(f"--folds 0: {request.weights} predicts every image as it is (no fine-tuning)")
         found, failed = predict_images(request.weights, request.cfg, list(by_key.values()), args, log)
@@ -384,7 +387,7 @@ def read_predictions(path: str, audited: Audited) -> dict[str, Prediction]:
     boxes[:, 2:] += boxes[:, :2]  # x, y, w, h -> x1, y1, x2, y2
     order = np.argsort(image_ids, kind="stable")  # each image's boxes in the file's order
     image_ids = image_ids[order]
-    sizes = {key: sample.hw for key, sample in _keyed(audited.samples)}
+    sizes = {key: sample.hw for key, sample in _keyed(audited)}
     out = {}
     for image_id, image in ids.items():
         key = os.path.realpath(image)

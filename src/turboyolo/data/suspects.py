@@ -10,7 +10,6 @@ background (:attr:`turboyolo.data.scan.Sample.partial`, as ``--unreviewed ignore
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -18,6 +17,7 @@ import numpy as np
 from turboyolo.boxes import box_iou, cxcywh_to_xyxy
 from turboyolo.data.scan import ScanResult
 from turboyolo.formats.issues import SAME_BOX_IOU, LabelIssue
+from turboyolo.rundir import RealPaths
 
 SUSPECT_ACTIONS = ("image", "box")
 
@@ -26,20 +26,22 @@ def apply_suspects(result: ScanResult, issues: list[LabelIssue], score: float, a
     """Change ``result``'s samples as ``action`` says for the rows of ``issues`` scored >= ``score``;
     returns the line that says what was left out (also in ``result.suspect_rule``)."""
     flagged: dict[str, list[LabelIssue]] = {}
+    real = RealPaths()
     for issue in issues:
         if issue.kind != "ok" and issue.score >= score:
-            flagged.setdefault(os.path.realpath(issue.image), []).append(issue)
-    mine = {os.path.realpath(sample.image) for sample in result.samples}
+            flagged.setdefault(real(issue.image), []).append(issue)
+    keys = [real(sample.image) for sample in result.samples]
+    mine = set(keys)
     outside = len(set(flagged) - mine)
     if action == "image":
         before = len(result.samples)
-        result.samples = [s for s in result.samples if os.path.realpath(s.image) not in flagged]
+        result.samples = [s for s, key in zip(result.samples, keys) if key not in flagged]
         line = f"{before - len(result.samples)} images left out (--drop-suspect, score >= {score:g})"
     else:
         dropped = stale = ignored = 0
         samples = []
-        for sample in result.samples:
-            rows = flagged.get(os.path.realpath(sample.image))
+        for sample, key in zip(result.samples, keys):
+            rows = flagged.get(key)
             if rows:
                 was_partial = sample.partial  # --unreviewed ignore's already: not this rule's
                 sample, lost, unmatched = _drop_boxes(sample, rows)

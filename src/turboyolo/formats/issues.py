@@ -92,22 +92,37 @@ def issues_file(source: str | Path, flag: str) -> Path:
     return path
 
 
-def read_issues(source: str | Path, flag: str = "--issues") -> list[LabelIssue]:
-    """The rows of a ``label_issues.csv`` (or of the one in an audit run directory), in file order.
+def read_issues(source: str | Path, flag: str = "--issues", at_least: float | None = None
+                ) -> list[LabelIssue]:
+    """The rows of a ``label_issues.csv`` (or of the one in an audit run directory), in file order; with
+    ``at_least``, only the rows of a kind of mistake (not ``ok``) scored at least that (read a row at a
+    time: a large audit's list of a million rows is not held whole for the few thousand asked for).
 
     Raises:
         FlagError: no such file, or a file that is not an audit's list (the row and column named).
     """
     path = issues_file(source, flag)
+    out = []
     try:
         with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:
-            rows = list(csv.DictReader(handle))
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is not None and not set(COLUMNS) <= set(header):
+                missing = ", ".join(sorted(set(COLUMNS) - set(header)))
+                raise FlagError(f"{flag} {path}: not a `turboyolo audit` label list (no column {missing})")
+            kind, score = (header.index("kind"), header.index("score")) if header else (0, 0)
+            for line, values in enumerate(reader, start=2):
+                if not values:
+                    continue  # a blank line (an edited file)
+                if len(values) != len(header):
+                    raise _not_a_row(path, line, flag, f"{len(values)} fields, the header has {len(header)}")
+                if at_least is not None and (_score(values[score], path, line, flag) < at_least
+                                             or values[kind] == "ok"):
+                    continue
+                out.append(_issue(dict(zip(header, values)), path, line, flag))
     except OSError as err:
         raise FlagError(f"{flag} {path}: cannot read it ({err.strerror or err})") from None
-    if rows and not set(COLUMNS) <= set(rows[0]):
-        missing = ", ".join(sorted(set(COLUMNS) - set(rows[0])))
-        raise FlagError(f"{flag} {path}: not a `turboyolo audit` label list (no column {missing})")
-    return [_issue(row, path, line, flag) for line, row in enumerate(rows, start=2)]
+    return out
 
 
 def _issue(row: dict, path: Path, line: int, flag: str) -> LabelIssue:
@@ -117,15 +132,26 @@ def _issue(row: dict, path: Path, line: int, flag: str) -> LabelIssue:
             raise ValueError(f"kind {kind!r}")
         box = tuple(_number(row[key]) for key in ("x1", "y1", "x2", "y2"))
         suggested = tuple(_number(row[key]) for key in ("sx1", "sy1", "sx2", "sy2")) if row["sx1"] else None
-        score = _number(row["score"])
-        if not 0 <= score <= 1:
-            raise ValueError(f"score {score}")
-        return LabelIssue(row["image"], kind, score, int(row["class"]), box,
+        return LabelIssue(row["image"], kind, _score(row["score"], path, line, flag), int(row["class"]), box,
                           int(row["suggested_class"]) if row["suggested_class"] else None, suggested,
                           int(row["width"] or 0), int(row["height"] or 0))
     except (KeyError, TypeError, ValueError) as err:
-        raise FlagError(f"{flag} {path}:{line}: not a row of an audit's label list ({err}); rerun "
-                        "`turboyolo audit` or fix the file") from None
+        raise _not_a_row(path, line, flag, err) from None
+
+
+def _score(text: str, path: Path, line: int, flag: str) -> float:
+    try:
+        score = _number(text)
+        if not 0 <= score <= 1:
+            raise ValueError(f"score {score}")
+        return score
+    except (TypeError, ValueError) as err:
+        raise _not_a_row(path, line, flag, err) from None
+
+
+def _not_a_row(path: Path, line: int, flag: str, err: Exception | str) -> FlagError:
+    return FlagError(f"{flag} {path}:{line}: not a row of an audit's label list ({err}); rerun "
+                     "`turboyolo audit` or fix the file")
 
 
 def _number(text: str) -> float:

@@ -11,8 +11,7 @@ one save of :meth:`turboyolo.review.items.ReviewSet.save` (atomic, marks the ima
 from __future__ import annotations
 
 import csv
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from turboyolo.formats.issues import (
@@ -23,6 +22,7 @@ from turboyolo.formats.issues import (
     issues_file,
     read_issues,
 )
+from turboyolo.rundir import RealPaths
 
 
 @dataclass
@@ -32,6 +32,7 @@ class Suspicions:
     by_image: dict[str, list[LabelIssue]]
     scores: dict[str, float]
     source: Path
+    real: RealPaths = field(default_factory=RealPaths)  # the review's images by real path, folders once
 
     @classmethod
     def read(cls, source: str | Path) -> Suspicions:
@@ -42,30 +43,30 @@ class Suspicions:
         """
         path = issues_file(source, "--issues")
         by_image: dict[str, list[LabelIssue]] = {}
-        for row in read_issues(path, "--issues"):
-            if row.kind != "ok" and row.score >= DRAWN_FROM:
-                by_image.setdefault(os.path.realpath(row.image), []).append(row)
+        real = RealPaths()
+        for row in read_issues(path, "--issues", at_least=DRAWN_FROM):
+            by_image.setdefault(real(row.image), []).append(row)
         scores = {image: max(row.score for row in rows) for image, rows in by_image.items()}
         ranking = path.with_name(IMAGES_NAME)
         if ranking.is_file():  # the audit's own image score (the chance the image holds a mistake)
             with open(ranking, newline="", encoding="utf-8", errors="surrogateescape") as handle:
                 for row in csv.DictReader(handle):
-                    key = os.path.realpath(row.get("image", ""))
+                    key = real(row.get("image", ""))
                     if key in scores:
                         try:
                             scores[key] = max(scores[key], float(row["score"]))
                         except (KeyError, TypeError, ValueError):
                             pass  # an edited ranking: the worst row's score stays
-        return cls(by_image, scores, path)
+        return cls(by_image, scores, path, real)
 
     def score(self, image: str | Path) -> float:
-        return self.scores.get(os.path.realpath(image), 0.0)
+        return self.scores.get(self.real(image), 0.0)
 
     def for_page(self, image: str | Path) -> list[dict]:
         """The rows of ``image`` for the page, worst first: kind, score, class, box ``[cx, cy, w, h]``
         relative to the image, and the suggestion (class and box, or None)."""
         out = []
-        for row in self.by_image.get(os.path.realpath(image), []):
+        for row in self.by_image.get(self.real(image), []):
             if row.width <= 0 or row.height <= 0:
                 continue  # a row without its image's size cannot be drawn
             out.append({"kind": row.kind, "score": row.score, "cls": row.cls, "box": _relative(row.box, row),
