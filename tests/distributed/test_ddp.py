@@ -67,6 +67,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _own_tmp(tmp_path: Path) -> str:
+    """A temporary folder inside the test's own: torchrun leaves a ``torchelastic_*`` folder in TMPDIR per
+    launch, removed with the test's folder instead of piling up in /tmp."""
+    folder = tmp_path / "tmp"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
+
+
 def _torchrun(nproc: int, *args: str) -> list[str]:
     """The command line of ``turboyolo ARGS`` in ``nproc`` processes on this machine."""
     return [
@@ -103,7 +111,7 @@ def _train(tmp_path, name, *extra, nproc: int = 1) -> Path:
         name,
         *map(str, extra),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TURBOYOLO_OFFLINE": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TURBOYOLO_OFFLINE": "1", "TMPDIR": _own_tmp(tmp_path)}
     cmd = _torchrun(nproc, *args) if nproc > 1 else [sys.executable, "-m", "turboyolo", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -141,7 +149,7 @@ def test_two_processes_equal_one_and_resume_in_one(tmp_path):
 def test_subdivisions_must_divide_among_processes(tmp_path):
     cfg = _no_bn_tiny_cfg(tmp_path / "tiny.cfg")
     data = _dataset(tmp_path / "data", count=4)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": _own_tmp(tmp_path)}
     cmd = _torchrun(
         2,
         "train",
