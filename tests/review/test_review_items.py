@@ -36,6 +36,9 @@ def test_a_label_run_directory_is_reviewed_in_its_order_with_its_class_names(rev
     assert [row["status"] for row in review.listing("review")] == ["model", "human"]
     assert [row["key"] for row in review.listing("unreviewed")] == ["b.jpg"]
     assert [row["key"] for row in review.listing("name")] == ["a.jpg", "b.jpg"]
+    items, progress = review.listing_and_progress("unreviewed")
+    assert [row["key"] for row in items] == ["b.jpg"]
+    assert progress == review.progress() == {"model": 1, "reviewed": 0, "human": 1, "none": 0}
 
 
 def test_a_data_file_reviews_its_splits_and_an_empty_one_is_refused(review_set, tmp_path):

@@ -134,10 +134,10 @@ class ReviewApp:
                       for item in self.review.items if self.review.find(item.key) is not None}
         elif order == "issues":
             scores = {item.key: self.suspicions.score(item.image) for item in self.review.items}
-        items = self.review.listing(order, scores)
+        items, progress = self.review.listing_and_progress(order, scores)
         ahead = (self.review.find(row["key"]) for row in items[:3])
         self.images.warm([item.image for item in ahead if item is not None], self.args.side)
-        return {"order": order, "items": items, "progress": self.review.progress()}
+        return {"order": order, "items": items, "progress": progress}
 
 
 @dataclass(frozen=True)
@@ -485,11 +485,10 @@ def serve(app: ReviewApp, log: Callable[[str], None] = print) -> int:
     Returns how many saves the session made."""
     server = make_server(app)
     url = url_of(server, app)
-    app.listing(app.order)  # the first pictures are made while the browser starts
+    progress = app.listing(app.order)["progress"]  # the first pictures are made while the browser starts
     if app.args.host not in LOCAL_HOSTS:
         log(f"warning: --host {app.args.host}: other machines that reach this address can open the review "
             "(with the token of the URL) and change label files")
-    progress = app.review.progress()
     log(f"review of {printable(app.review.source)}: {len(app.review.items)} images, "
         f"{progress['model']} model-made, {progress['reviewed']} reviewed, {progress['human']} human, "
         f"{progress['none']} without labels")
