@@ -7,14 +7,16 @@ takes, for each audit run given and each method on its predictions (turboyolo's 
 overlooked scores as they are and with the confidences stretched), the rows among its first ``--depth``
 that the injection's key calls wrong, maps them to the original data set, leaves out those an original label
 covers (IoU >= 0.5: a label the benchmark moved or dropped, never an unboxed object), merges those of one
-place (IoU >= 0.3, the best-ranked box kept), and writes
+place (IoU >= 0.3, the first box seen kept), and writes
 
 - ``--csv``: one row per candidate (image, class, x1 y1 x2 y2 in the image's pixels, tile, the methods
   and ranks that put it there) with an empty ``verdict`` for the person: ``yes`` when a whole object (not
-  cut by the image border, not mostly hidden) sits in the box with no label on it, ``no`` otherwise;
+  cut by the image border, not mostly hidden) sits in the box with no label on it, ``cut`` for such an
+  object cut by the border, ``no`` otherwise (the verdicts of a file already there are kept);
 - ``--sheets``: the candidates drawn as numbered tiles (red: the candidate; blue: the original labels).
 
-`bench/audit_injected.py --checked-boxes CSV` then adds the ``yes`` boxes to the key of every method alike.
+`bench/audit_injected.py --checked-boxes CSV` then adds the ``yes`` boxes (and, in a second key, the
+``cut`` ones) to the key of every method alike.
 Only judged boxes count, so a method that finds unboxed objects the pool did not reach gets no credit for
 them (nor does any other).
 
