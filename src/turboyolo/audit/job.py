@@ -388,9 +388,9 @@ def read_predictions(path: str, audited: Audited) -> dict[str, Prediction]:
     order = np.argsort(image_ids, kind="stable")  # each image's boxes in the file's order
     image_ids = image_ids[order]
     sizes = {key: sample.hw for key, sample in _keyed(audited)}
-    out = {}
+    out, real = {}, RealPaths()
     for image_id, image in ids.items():
-        key = os.path.realpath(image)
+        key = real(image)
         if key not in sizes:
             continue
         at = order[np.searchsorted(image_ids, image_id, "left"):np.searchsorted(image_ids, image_id, "right")]
@@ -416,8 +416,9 @@ def _write_outputs(run_dir: Path, audited: Audited, evidences: list[ImageEvidenc
     table = io.StringIO(newline="")
     writer = csv.writer(table)
     writer.writerow(["rank", "image", "score", "chance", *KINDS, "boxes", "issues", "fold"])
+    real = RealPaths()
     for rank, item in enumerate(ranking, start=1):
-        fold = folds_of.get(os.path.realpath(item.image))
+        fold = folds_of.get(real(item.image))
         writer.writerow([rank, item.image, f"{item.score:.4f}", f"{item.chance:.4f}",
                          *(f"{item.kinds[kind]:.4f}" for kind in KINDS), item.boxes, item.issues,
                          "" if fold is None else fold + 1])
